@@ -1,0 +1,45 @@
+# The two commands a user needs: `make demo` and `make test`.
+# Both install what they need (Python venv, toolchain) and are idempotent.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN_DIR := $(shell bash tools/build.sh --bin-dir)
+DEMO_STATE := .state/demo
+export PATH := $(BIN_DIR):$(PATH)
+
+.PHONY: demo demo-down test lint typecheck unit integration tools venv clean
+
+demo: venv tools
+	@bash scripts/demo.sh $(DEMO_STATE)
+
+demo-down: venv
+	@$(PY) -m egress_proxies.cli dev-cluster down --state-dir $(DEMO_STATE)
+
+test: venv tools lint typecheck
+	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(PY) -m pytest tests/unit
+
+tools:
+	@bash tools/build.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@echo "[venv] installing Python dependencies into $(VENV) (first run takes a minute)"
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+clean:
+	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,22 @@
+"""A local control plane (etcd + kube-apiserver + controller manager) with a loopback kubelet.
+
+Used by the tests, `make demo` and anyone developing the operator without a
+real cluster. See docs/development.md.
+"""
+
+from egress_proxies.devcluster.cluster import DevCluster, install_crds
+from egress_proxies.devcluster.controlplane import StartupError, StateLayout
+from egress_proxies.devcluster.kubeapi import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.devcluster.toolchain import MissingToolError
+
+__all__ = [
+    "ApiError",
+    "Credentials",
+    "DevCluster",
+    "KubeClient",
+    "MissingToolError",
+    "StartupError",
+    "StateLayout",
+    "install_crds",
+    "write_kubeconfig",
+]

@@ -1,0 +1,1 @@
+"""The discovery + lease HTTP API for crawlers (seed section 7)."""

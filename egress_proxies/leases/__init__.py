@@ -1,0 +1,1 @@
+"""The lease and cooldown store behind the discovery API (seed section 7)."""

@@ -1,0 +1,1 @@
+"""Provider-side inventory: list and delete instances tagged with a Proxy UID."""

@@ -1,0 +1,1 @@
+"""Pulumi Automation API runner, stack naming and the inline programs."""

@@ -1,0 +1,1 @@
+"""Inline Pulumi programs: a Squid pod in the cluster, a GCE VM running Squid."""

@@ -1,0 +1,1 @@
+"""Prometheus metrics and OpenTelemetry tracing (seed sections 9-10)."""

@@ -1,0 +1,67 @@
+"""Local origin servers for proxy tests: plain HTTP and HTTPS with a throwaway CA."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from egress_proxies.devcluster.pki import issue_certificate
+
+ORIGIN_BODY = "hello from the origin"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A running origin: its base URL and, for HTTPS, a client context trusting its CA."""
+
+    url: str
+    client_ssl: ssl.SSLContext | None = None
+
+
+async def _hello(_: web.Request) -> web.Response:
+    return web.Response(text=ORIGIN_BODY)
+
+
+def _tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = issue_certificate("test origin CA", ca_key, ca_key, None, is_ca=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = issue_certificate("origin", key, ca_key, ca, hosts=["127.0.0.1", "localhost"])
+    cert_file, key_file = directory / "origin.crt", directory / "origin.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert_file, key_file)
+    client = ssl.create_default_context(cadata=ca.public_bytes(serialization.Encoding.PEM).decode())
+    return server, client
+
+
+@asynccontextmanager
+async def serve_origin(tls_dir: Path | None = None) -> AsyncIterator[Origin]:
+    """Serve ORIGIN_BODY on 127.0.0.1 (HTTPS when `tls_dir` is given) until exit."""
+    app = web.Application()
+    app.router.add_get("/", _hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server_ssl, client_ssl = _tls_contexts(tls_dir) if tls_dir else (None, None)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl)
+    await site.start()
+    port = runner.addresses[0][1]
+    scheme = "https" if tls_dir else "http"
+    try:
+        yield Origin(url=f"{scheme}://127.0.0.1:{port}/", client_ssl=client_ssl)
+    finally:
+        await runner.cleanup()
