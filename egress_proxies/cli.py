@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from egress_proxies import crd
 from egress_proxies.devcluster import cluster
 
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
     down.add_argument("--state-dir", type=Path, required=True)
+    commands.add_parser("crd", help="print the Proxy CRD generated from the models")
     return parser
 
 
@@ -41,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cluster.run_detached(args.state_dir, args.crds)
             return cluster.run_foreground(args.state_dir, args.crds)
         return cluster.stop(args.state_dir)
+    if args.command == "crd":
+        sys.stdout.write(crd.render())
+        return 0
     return 2
 
 

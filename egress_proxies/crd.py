@@ -1,0 +1,126 @@
+"""Render the Proxy CustomResourceDefinition from the pydantic models.
+
+Kubernetes wants a *structural* OpenAPI schema: no $ref, no anyOf-with-null,
+no `additionalProperties: false` next to `properties`. This module inlines
+the models' JSON schema into that shape and adds the CRD's CEL rules (they
+travel on the models as `x-kubernetes-validations`), printer columns and
+the status subresource. `crds/proxy.yaml` is its output, checked in.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from egress_proxies.model import GROUP, KIND, PLURAL, SHORT_NAME, VERSION, ProxySpec, ProxyStatus
+
+Schema = dict[str, Any]
+
+_DROPPED_KEYS = frozenset({"title", "$defs"})
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "IP", "type": "string", "jsonPath": ".status.ip"},
+    {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
+    {
+        "name": "Healthy",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Healthy")].status',
+    },
+    {"name": "Latency", "type": "integer", "jsonPath": ".status.latencyMillis"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def structural(schema: Schema, definitions: dict[str, Schema] | None = None) -> Schema:
+    """Inline refs and strip what a CRD schema may not contain."""
+    definitions = schema.get("$defs", {}) if definitions is None else definitions
+    if "$ref" in schema:
+        target = definitions[schema["$ref"].rsplit("/", 1)[-1]]
+        merged = {**copy.deepcopy(target), **{k: v for k, v in schema.items() if k != "$ref"}}
+        return structural(merged, definitions)
+    options = schema.get("anyOf")
+    if options is not None:
+        concrete = [option for option in options if option.get("type") != "null"]
+        if len(concrete) != 1:
+            raise ValueError(f"a CRD schema cannot express anyOf {options}")
+        rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+        return structural({**concrete[0], **rest}, definitions)
+    result: Schema = {}
+    for key, value in schema.items():
+        if key in _DROPPED_KEYS or (key == "default" and value is None):
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        if key == "properties":
+            result[key] = {name: structural(prop, definitions) for name, prop in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            result[key] = structural(value, definitions)
+        elif key == "default":
+            result[key] = _without_nulls(value)
+        else:
+            result[key] = value
+    return result
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def proxy_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition object."""
+    spec_schema = structural(ProxySpec.model_json_schema(by_alias=True))
+    status_schema = structural(ProxyStatus.model_json_schema(by_alias=True))
+    conditions = status_schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": [SHORT_NAME],
+                "categories": ["all"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "An egress proxy for crawlers, managed or external.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD as the YAML checked in at crds/proxy.yaml."""
+    header = "# Generated by `egress-proxies crd` from egress_proxies/model.py. Do not edit.\n"
+    return header + yaml.safe_dump(proxy_crd(), sort_keys=False, width=100)

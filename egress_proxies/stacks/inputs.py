@@ -1,0 +1,40 @@
+"""What an inline program receives: everything it needs to declare one proxy's resources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from egress_proxies.model import ProxySpec
+
+SQUID_PORT = 3128
+
+
+@dataclass(frozen=True)
+class ProxyCredentials:
+    """Basic-auth credentials a managed proxy requires (generated per Proxy)."""
+
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"ProxyCredentials(username={self.username!r}, password=<redacted>)"
+
+
+@dataclass(frozen=True)
+class ProgramInputs:
+    """One Proxy as an inline program sees it. Programs export `ip` and `instanceId`."""
+
+    namespace: str
+    name: str
+    uid: str
+    instance_name: str
+    spec: ProxySpec
+    credentials: ProxyCredentials
+    cloud_init: str | None = None
+    port: int = SQUID_PORT
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProgramInputs {self.namespace}/{self.name} uid={self.uid} "
+            f"instance={self.instance_name} cloud_init={'set' if self.cloud_init else 'none'}>"
+        )
