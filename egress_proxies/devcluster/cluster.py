@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
-from egress_proxies.devcluster.kubeapi import ApiError, KubeClient
 from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
+from egress_proxies.kube.client import ApiError, KubeClient
 
 Progress = Callable[[str], None]
 

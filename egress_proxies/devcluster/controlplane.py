@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 
 from egress_proxies.devcluster import toolchain
-from egress_proxies.devcluster.kubeapi import ApiError, Credentials, KubeClient, write_kubeconfig
 from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.kube.client import ApiError, Credentials, KubeClient, write_kubeconfig
 
 CONTROLLERS = (
     "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector"

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from egress_proxies.devcluster import toolchain
-from egress_proxies.devcluster.kubeapi import ApiError, JsonObject, KubeClient
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.devcluster.squidpod import (
     PodRejectedError,
@@ -31,6 +30,7 @@ from egress_proxies.devcluster.squidpod import (
     rewrite_config,
     volume_files,
 )
+from egress_proxies.kube.client import ApiError, JsonObject, KubeClient
 
 logger = logging.getLogger(__name__)
 

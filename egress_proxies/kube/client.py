@@ -1,14 +1,16 @@
-"""A small async Kubernetes REST client for the dev cluster, its kubelet and the tests.
+"""A small async Kubernetes REST client: JSON over aiohttp, bearer-token auth.
 
-kopf brings its own API client for the operator; this one exists so the dev
-tooling (loopback kubelet, fixtures, smoke tests) talks to the API server
-over the same aiohttp stack without a second, much larger client library.
+kopf watches and patches the Proxies; this client does the rest (Secrets,
+status patches by the single status writer, the dev cluster's kubelet, the
+tests) over the same aiohttp stack, without a second, much larger client
+library.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -20,6 +22,8 @@ import aiohttp
 import yaml
 
 JsonObject = dict[str, Any]
+
+_SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -42,6 +46,35 @@ class Credentials:
     server: str
     token: str
     ca_pem: bytes
+    token_file: Path | None = None
+
+    @classmethod
+    def in_cluster(cls) -> Credentials:
+        """The pod's service-account credentials (the token file is re-read as it rotates)."""
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        token_file = _SERVICE_ACCOUNT_DIR / "token"
+        return cls(
+            server=server,
+            token=token_file.read_text().strip(),
+            ca_pem=(_SERVICE_ACCOUNT_DIR / "ca.crt").read_bytes(),
+            token_file=token_file,
+        )
+
+    @classmethod
+    def load(cls, kubeconfig: Path | None) -> Credentials:
+        """From a kubeconfig if given (or $KUBECONFIG), else the in-cluster service account."""
+        path = kubeconfig or (
+            Path(os.environ["KUBECONFIG"]) if "KUBECONFIG" in os.environ else None
+        )
+        return cls.from_kubeconfig(path) if path else cls.in_cluster()
+
+    def current_token(self) -> str:
+        """The bearer token to send now."""
+        if self.token_file is not None:
+            return self.token_file.read_text().strip()
+        return self.token
 
     @classmethod
     def from_kubeconfig(cls, path: Path) -> Credentials:
@@ -60,6 +93,9 @@ class Credentials:
     def with_token(self, token: str) -> Credentials:
         """The same server, authenticated as someone else."""
         return Credentials(server=self.server, token=token, ca_pem=self.ca_pem)
+
+    def __repr__(self) -> str:
+        return f"Credentials(server={self.server!r}, token=<redacted>)"
 
     def ssl_context(self) -> ssl.SSLContext:
         """A TLS context that trusts exactly this cluster's CA."""
@@ -132,9 +168,7 @@ class KubeClient:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._credentials.ssl_context())
             self._session = aiohttp.ClientSession(
-                base_url=self._credentials.server,
-                connector=connector,
-                headers={"Authorization": f"Bearer {self._credentials.token}"},
+                base_url=self._credentials.server, connector=connector
             )
         return self._session
 
@@ -149,7 +183,9 @@ class KubeClient:
     ) -> JsonObject:
         """Send one request; return the decoded JSON body or raise ApiError."""
         data = json.dumps(body) if body is not None else None
-        headers = {"Content-Type": content_type} if data is not None else {}
+        headers = self._auth()
+        if data is not None:
+            headers["Content-Type"] = content_type
         async with self._http().request(
             method, path, data=data, params=params, headers=headers
         ) as response:
@@ -157,6 +193,9 @@ class KubeClient:
             if response.status >= 400:
                 raise _api_error(response.status, text)
             return json.loads(text) if text else {}
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._credentials.current_token()}"}
 
     async def get(self, path: str) -> JsonObject:
         """GET one object or list."""
@@ -192,7 +231,9 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
-        async with self._http().get(path, params=params, timeout=timeout) as response:
+        async with self._http().get(
+            path, params=params, timeout=timeout, headers=self._auth()
+        ) as response:
             if response.status >= 400:
                 raise _api_error(response.status, await response.text())
             async for line in response.content:
