@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,45 @@ def build_parser() -> argparse.ArgumentParser:
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
     down.add_argument("--state-dir", type=Path, required=True)
     commands.add_parser("crd", help="print the Proxy CRD generated from the models")
+    run = commands.add_parser("run", help="run the operator")
+    run.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=_env_path("KUBECONFIG"),
+        help="default: $KUBECONFIG, else the in-cluster service account",
+    )
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        default=_env_path("EGRESS_PROXIES_STATE_DIR") or Path(".state/operator"),
+        help="Pulumi backend and stack work dirs ($EGRESS_PROXIES_STATE_DIR)",
+    )
+    run.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=_env_list("EGRESS_PROXIES_NAMESPACES"),
+        help="watch only this namespace (repeatable); default: all",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_CONCURRENCY", "4")),
+        help="pulumi operations at once ($EGRESS_PROXIES_CONCURRENCY, default 4)",
+    )
+    run.add_argument(
+        "--liveness-port", type=int, default=None, help="serve kopf's liveness probe on this port"
+    )
     return parser
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _env_list(name: str) -> list[str]:
+    return [item for item in os.environ.get(name, "").split(",") if item]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +82,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cluster.run_detached(args.state_dir, args.crds)
             return cluster.run_foreground(args.state_dir, args.crds)
         return cluster.stop(args.state_dir)
+    if args.command == "run":
+        # Imported here: kopf and pulumi take a second to import, dev-cluster needs neither.
+        from egress_proxies.operator.app import (  # noqa: PLC0415
+            OperatorSettings,
+            default_pulumi_root,
+            passphrase_from_env,
+            run_operator,
+        )
+
+        return run_operator(
+            OperatorSettings(
+                state_dir=args.state_dir,
+                kubeconfig=args.kubeconfig,
+                namespaces=tuple(args.namespaces),
+                concurrency=args.concurrency,
+                passphrase=passphrase_from_env(),
+                pulumi_root=default_pulumi_root(),
+                liveness_port=args.liveness_port,
+            )
+        )
     if args.command == "crd":
         sys.stdout.write(crd.render())
         return 0

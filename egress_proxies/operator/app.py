@@ -1,0 +1,169 @@
+"""The composition root: settings in, components wired, everything run on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kopf
+
+from egress_proxies.catalog import ProxyKey
+from egress_proxies.devcluster import toolchain
+from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.model import ProviderName
+from egress_proxies.operator.fleet import Fleet
+from egress_proxies.operator.handlers import Components, Program, register
+from egress_proxies.operator.status import StatusWriter
+from egress_proxies.stacks.errors import classify
+from egress_proxies.stacks.programs.squid_pod import squid_pod_program
+from egress_proxies.stacks.runner import RunnerSettings, StackRunner
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigurationError(RuntimeError):
+    """The operator cannot start with the settings it was given."""
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Everything `egress-proxies run` can be told (flags, or EGRESS_PROXIES_* variables)."""
+
+    state_dir: Path
+    kubeconfig: Path | None = None
+    namespaces: Sequence[str] = field(default_factory=tuple)
+    concurrency: int = 4
+    passphrase: str | None = None
+    pulumi_root: Path | None = None
+    liveness_port: int | None = None
+
+
+def passphrase_from_env() -> str | None:
+    """The stack passphrase: EGRESS_PROXIES_PASSPHRASE_FILE, then PULUMI_CONFIG_PASSPHRASE."""
+    path = os.environ.get("EGRESS_PROXIES_PASSPHRASE_FILE")
+    if path:
+        return Path(path).read_text().strip()
+    return os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+
+
+def default_pulumi_root() -> Path | None:
+    """The toolchain cache when it has a pulumi CLI, else None (pulumi from PATH)."""
+    override = os.environ.get("EGRESS_PROXIES_PULUMI_ROOT")
+    if override:
+        return Path(override)
+    root = toolchain.cache_dir()
+    return root if (root / "bin" / "pulumi").exists() else None
+
+
+def programs() -> dict[ProviderName, Program]:
+    """The inline program of each provider."""
+    return {ProviderName.KUBERNETES: squid_pod_program}
+
+
+class Operator:
+    """Owns the components and runs kopf beside them until stopped."""
+
+    def __init__(self, settings: OperatorSettings) -> None:
+        if not settings.passphrase:
+            raise ConfigurationError(
+                "no stack passphrase: set PULUMI_CONFIG_PASSPHRASE or "
+                "EGRESS_PROXIES_PASSPHRASE_FILE (keep it: without it the stacks' secrets are lost)"
+            )
+        self.settings = settings
+        self.credentials = Credentials.load(settings.kubeconfig)
+        self.client = KubeClient(self.credentials)
+        self.fleet = Fleet()
+        self.writer = StatusWriter(self.client)
+        bin_path = str(toolchain.bin_dir())
+        self.runner = StackRunner(
+            RunnerSettings(
+                state_dir=settings.state_dir,
+                passphrase=settings.passphrase,
+                concurrency=settings.concurrency,
+                pulumi_root=settings.pulumi_root,
+                extra_env=_provider_env(settings.kubeconfig, bin_path),
+            )
+        )
+        self.registry = kopf.OperatorRegistry()
+        register(
+            self.registry,
+            Components(
+                client=self.client,
+                credentials=self.credentials,
+                runner=self.runner,
+                writer=self.writer,
+                fleet=self.fleet,
+                programs=programs(),
+                classify=classify,
+                on_proxy_gone=self._proxy_gone,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r}>"
+
+    def _proxy_gone(self, key: ProxyKey) -> None:
+        logger.info("proxy %s is gone", key)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run kopf until `stop` is set."""
+        stop_flag: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def relay_stop() -> None:
+            await stop.wait()
+            if not stop_flag.done():
+                stop_flag.set_result(None)
+
+        relay = asyncio.create_task(relay_stop())
+        try:
+            await kopf.operator(
+                registry=self.registry,
+                clusterwide=not self.settings.namespaces,
+                namespaces=list(self.settings.namespaces),
+                standalone=True,
+                stop_flag=stop_flag,
+                liveness_endpoint=(
+                    f"http://0.0.0.0:{self.settings.liveness_port}/healthz"
+                    if self.settings.liveness_port
+                    else None
+                ),
+            )
+        finally:
+            relay.cancel()
+            await self.client.close()
+            await asyncio.to_thread(self.runner.close)
+
+
+def _provider_env(kubeconfig: Path | None, bin_path: str) -> dict[str, str]:
+    env = {"PATH": f"{bin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig.resolve())
+    return env
+
+
+def run_operator(settings: OperatorSettings) -> int:
+    """`egress-proxies run`: the operator in the foreground until SIGINT/SIGTERM."""
+    logging.basicConfig(
+        level=os.environ.get("EGRESS_PROXIES_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        operator = Operator(settings)
+    except (ConfigurationError, KeyError, FileNotFoundError) as error:
+        logger.error("cannot start: %s", error)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await operator.run(stop)
+
+    asyncio.run(main())
+    return 0

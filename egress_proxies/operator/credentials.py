@@ -1,0 +1,88 @@
+"""Per-Proxy proxy credentials, generated once and kept in a Secret the Proxy owns.
+
+The Secret is created before the first `up` and passed into the program as
+a Pulumi secret; it carries the Proxy UID label and an ownerReference, so
+it goes with the Proxy even if the operator is not running.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import GROUP, KIND, UID_LABEL, VERSION
+from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.stacks.naming import instance_name
+
+USERNAME = "crawler"
+
+
+def credentials_secret_name(uid: str) -> str:
+    """The name of a Proxy's credentials Secret."""
+    return f"{instance_name(uid)}-credentials"
+
+
+def credentials_secret(body: Mapping[str, Any], credentials: ProxyCredentials) -> dict[str, Any]:
+    """The Secret object holding a Proxy's credentials."""
+    meta = body["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": credentials_secret_name(meta["uid"]),
+            "namespace": meta["namespace"],
+            "labels": {UID_LABEL: meta["uid"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "data": {
+            "username": base64.b64encode(credentials.username.encode()).decode(),
+            "password": base64.b64encode(credentials.password.encode()).decode(),
+        },
+    }
+
+
+async def ensure_credentials(
+    client: KubeClient, body: Mapping[str, Any], known: Mapping[str, str] | None
+) -> ProxyCredentials:
+    """The Proxy's credentials: from the watch cache, else the API, else newly generated."""
+    if known and "username" in known and "password" in known:
+        return ProxyCredentials(known["username"], known["password"])
+    meta = body["metadata"]
+    path = f"/api/v1/namespaces/{meta['namespace']}/secrets"
+    name = credentials_secret_name(meta["uid"])
+    try:
+        existing = await client.get(f"{path}/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    else:
+        data = existing.get("data") or {}
+        return ProxyCredentials(
+            base64.b64decode(data["username"]).decode(),
+            base64.b64decode(data["password"]).decode(),
+        )
+    generated = ProxyCredentials(USERNAME, secrets.token_urlsafe(24))
+    try:
+        await client.create(path, credentials_secret(body, generated))
+    except ApiError as error:
+        if error.status == 409:  # created concurrently: use that one
+            return await ensure_credentials(client, body, None)
+        raise
+    return generated
+
+
+async def delete_credentials(client: KubeClient, namespace: str, uid: str) -> None:
+    """Delete a Proxy's credentials Secret (missing is fine)."""
+    await client.delete(f"/api/v1/namespaces/{namespace}/secrets/{credentials_secret_name(uid)}")

@@ -1,0 +1,132 @@
+"""The operator's in-memory view of the fleet, fed by kopf watch events.
+
+Proxies, their credentials Secrets and the labelled cloud-init Secrets are
+kept as the watch delivers them, so the health engine and the discovery API
+read the fleet without an API call. `records()` is the ProxyCatalog they
+share; records are rebuilt only for objects that changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key, record_from_body
+from egress_proxies.stacks.inputs import ProxyCredentials
+
+SecretKey = tuple[str, str]  # (namespace, name)
+
+
+def decode_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
+    """A Secret's `data`, base64-decoded (undecodable values are skipped)."""
+    decoded: dict[str, str] = {}
+    for key, value in (data or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            continue
+    return decoded
+
+
+class Fleet:
+    """Latest Proxy bodies and relevant Secrets; implements the ProxyCatalog protocol."""
+
+    def __init__(self) -> None:
+        self._proxies: dict[ProxyKey, Mapping[str, Any]] = {}
+        self._secrets: dict[SecretKey, dict[str, str]] = {}
+        self._records: dict[ProxyKey, ProxyRecord | None] = {}
+        self._snapshot: tuple[ProxyRecord, ...] | None = None
+
+    def __repr__(self) -> str:
+        addressable = sum(1 for record in self._current().values() if record is not None)
+        return (
+            f"<Fleet [proxies: {len(self._proxies)} | addressable: {addressable} | "
+            f"secrets: {len(self._secrets)}]>"
+        )
+
+    def put_proxy(self, body: Mapping[str, Any]) -> None:
+        """Record the latest body of a Proxy."""
+        meta = body["metadata"]
+        key = proxy_key(meta["namespace"], meta["name"])
+        self._proxies[key] = body
+        self._records.pop(key, None)
+        self._snapshot = None
+
+    def remove_proxy(self, namespace: str, name: str) -> None:
+        """Forget a deleted Proxy."""
+        key = proxy_key(namespace, name)
+        self._proxies.pop(key, None)
+        self._records.pop(key, None)
+        self._snapshot = None
+
+    def proxy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The latest body of a Proxy, if known."""
+        return self._proxies.get(proxy_key(namespace, name))
+
+    def proxies(self) -> list[Mapping[str, Any]]:
+        """Every known Proxy body."""
+        return list(self._proxies.values())
+
+    def put_secret(self, namespace: str, name: str, data: Mapping[str, str] | None) -> None:
+        """Record a (labelled) Secret's decoded data."""
+        self._secrets[(namespace, name)] = decode_secret_data(data)
+        self._invalidate_namespace(namespace)
+
+    def remove_secret(self, namespace: str, name: str) -> None:
+        """Forget a deleted Secret."""
+        self._secrets.pop((namespace, name), None)
+        self._invalidate_namespace(namespace)
+
+    def secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The decoded data of a known Secret."""
+        return self._secrets.get((namespace, name))
+
+    def referencing_cloud_init(self, namespace: str, secret: str) -> list[Mapping[str, Any]]:
+        """Proxies whose spec.cloudInit.secretRef names this Secret."""
+        return [
+            body
+            for body in self._proxies.values()
+            if body["metadata"]["namespace"] == namespace
+            and ((body.get("spec") or {}).get("cloudInit") or {}).get("secretRef", {}).get("name")
+            == secret
+        ]
+
+    def records(self) -> Sequence[ProxyRecord]:
+        """Every addressable proxy (the ProxyCatalog protocol)."""
+        if self._snapshot is None:
+            self._snapshot = tuple(r for r in self._current().values() if r is not None)
+        return self._snapshot
+
+    def _current(self) -> dict[ProxyKey, ProxyRecord | None]:
+        for key, body in self._proxies.items():
+            if key not in self._records:
+                self._records[key] = self._record(body)
+        return self._records
+
+    def _record(self, body: Mapping[str, Any]) -> ProxyRecord | None:
+        try:
+            return record_from_body(body, self._credentials(body))
+        except (ValidationError, KeyError):
+            return None
+
+    def _credentials(self, body: Mapping[str, Any]) -> ProxyCredentials | None:
+        namespace = body["metadata"]["namespace"]
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        if spec.get("mode") == "External":
+            ref = (spec.get("endpoint") or {}).get("credentialsSecretRef")
+            secret_name = ref.get("name") if ref else None
+        else:
+            secret_name = status.get("credentialsSecret")
+        data = self._secrets.get((namespace, secret_name)) if secret_name else None
+        if not data or "username" not in data or "password" not in data:
+            return None
+        return ProxyCredentials(username=data["username"], password=data["password"])
+
+    def _invalidate_namespace(self, namespace: str) -> None:
+        for key in [key for key in self._records if key.startswith(f"{namespace}/")]:
+            del self._records[key]
+        self._snapshot = None

@@ -1,0 +1,84 @@
+"""The one writer of Proxy status.
+
+Both the reconciler (Provisioned, address, stack, observedGeneration) and the
+health engine (Healthy, latencyMillis, lastHealthCheckTime) hand their
+changes to this writer; it applies them one at a time per Proxy to the last
+status it wrote, derives the phase from the result in one place, and
+patches the API only when something changed. Two writers racing over the
+phase cannot happen: there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from egress_proxies.catalog import ProxyKey, proxy_key
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import GROUP, PLURAL, VERSION, ProxyStatus, compute_phase
+
+logger = logging.getLogger(__name__)
+
+Mutation = Callable[[ProxyStatus], ProxyStatus]
+
+_KNOWN_FIELDS = {field.alias or name for name, field in ProxyStatus.model_fields.items()}
+
+
+def status_of(body: Mapping[str, Any]) -> ProxyStatus:
+    """The typed status of a Proxy body (fields the model does not know are ignored)."""
+    raw = body.get("status") or {}
+    return ProxyStatus.model_validate({k: v for k, v in raw.items() if k in _KNOWN_FIELDS})
+
+
+class StatusWriter:
+    """Serializes status changes per Proxy and writes only differences."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self._written: dict[ProxyKey, ProxyStatus] = {}
+        self._locks: dict[ProxyKey, asyncio.Lock] = {}
+        self.patches = 0
+
+    def __repr__(self) -> str:
+        return f"<StatusWriter [proxies: {len(self._written)} | patches: {self.patches}]>"
+
+    async def update(
+        self, body: Mapping[str, Any], mutate: Mutation, *, deleting: bool = False
+    ) -> ProxyStatus:
+        """Apply `mutate` to the Proxy's current status and patch if the result differs."""
+        meta = body["metadata"]
+        key = proxy_key(meta["namespace"], meta["name"])
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            current = self._written.get(key)
+            if current is None:
+                current = status_of(body)
+            updated = mutate(current)
+            updated = updated.model_copy(
+                update={"phase": compute_phase(updated, deleting=deleting)}
+            )
+            if updated == current:
+                return current
+            await self._patch(meta["namespace"], meta["name"], updated)
+            self._written[key] = updated
+            return updated
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is known about a deleted Proxy."""
+        key = proxy_key(namespace, name)
+        self._written.pop(key, None)
+        self._locks.pop(key, None)
+
+    async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> None:
+        # Nulls in a merge patch delete fields, so the patch is the whole status.
+        body = {"status": status.model_dump(mode="json", by_alias=True)}
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        try:
+            await self._client.patch(path, body)
+        except ApiError as error:
+            if error.status == 404:
+                return
+            raise
+        self.patches += 1
+        logger.debug("status of %s/%s: phase %s", namespace, name, status.phase)
