@@ -1,0 +1,175 @@
+"""Running the real operator (`egress-proxies run`) against the dev cluster, one per test."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from egress_proxies.devcluster import toolchain
+from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import GROUP, PLURAL, VERSION
+from tests.conftest import ClusterHandle, wait_for
+
+
+@dataclass
+class OperatorProcess:
+    """One `egress-proxies run` child, restricted to one namespace, with a counting pulumi."""
+
+    namespace: str
+    state_dir: Path
+    log: Path
+    pulumi_calls: Path
+    env: dict[str, str]
+    child: Child | None = None
+    starts: int = field(default=0)
+
+    def start(self) -> None:
+        """Start (or restart) the operator."""
+        self.starts += 1
+        self.child = spawn(
+            f"operator-{self.starts}",
+            [sys.executable, "-m", "egress_proxies.cli", "run", "--namespace", self.namespace],
+            pid_dir=self.state_dir / "test-pids",
+            log=self.log,
+            env=self.env,
+        )
+
+    def stop(self) -> None:
+        """SIGTERM and wait (kopf shuts down cleanly)."""
+        if self.child is not None and self.child.alive():
+            os.kill(self.child.process.pid, signal.SIGTERM)
+            try:
+                self.child.process.wait(timeout=30)
+            finally:
+                self.child.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the operator's whole process group (pulumi children included)."""
+        if self.child is not None:
+            os.killpg(self.child.process.pid, signal.SIGKILL)
+            self.child.process.wait(timeout=10)
+
+    def pulumi_invocations(self) -> list[str]:
+        """Every pulumi CLI command line the operator ran so far."""
+        if not self.pulumi_calls.exists():
+            return []
+        return self.pulumi_calls.read_text().splitlines()
+
+    def log_text(self) -> str:
+        """Everything the operator logged."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def counting_pulumi_root(directory: Path, calls: Path) -> Path:
+    """A pulumi root whose bin/pulumi logs each invocation, then runs the real CLI."""
+    real = toolchain.find("pulumi")
+    (directory / "bin").mkdir(parents=True)
+    wrapper = directory / "bin" / "pulumi"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return directory
+
+
+@pytest.fixture
+def operator(
+    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator watching the test's namespace, its state in the test's tmp dir."""
+    state = tmp_path / "operator-state"
+    calls = tmp_path / "pulumi-calls.log"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(dev_cluster.kubeconfig),
+        "EGRESS_PROXIES_STATE_DIR": str(state),
+        "PULUMI_CONFIG_PASSPHRASE": secrets.token_urlsafe(16),
+        "EGRESS_PROXIES_PULUMI_ROOT": str(counting_pulumi_root(tmp_path / "pulumi-root", calls)),
+        "EGRESS_PROXIES_LOG_LEVEL": "INFO",
+    }
+    process = OperatorProcess(namespace, state, tmp_path / "operator.log", calls, env)
+    process.start()
+    yield process
+    process.stop()
+
+
+def proxy_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{base}/{name}" if name else base
+
+
+def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Proxy",
+        "metadata": {"name": name},
+        "spec": {"provider": "kubernetes", "kubernetes": {}, **spec},
+    }
+
+
+async def wait_for_condition(
+    kube: KubeClient,
+    namespace: str,
+    name: str,
+    kind: str,
+    status: str,
+    reason: str | None = None,
+    timeout: float = 120,
+) -> dict[str, Any]:
+    """Poll the Proxy until a condition has the given status (and reason)."""
+
+    async def matches() -> dict[str, Any] | None:
+        body = await kube.get(proxy_path(namespace, name))
+        for condition in (body.get("status") or {}).get("conditions", []):
+            if (
+                condition["type"] == kind
+                and condition["status"] == status
+                and (reason is None or condition["reason"] == reason)
+            ):
+                return body
+        return None
+
+    return await wait_for(matches, timeout=timeout, interval=0.25)
+
+
+async def wait_gone(kube: KubeClient, path: str, timeout: float = 120) -> None:
+    """Poll until GET answers 404."""
+
+    async def gone() -> bool:
+        try:
+            await kube.get(path)
+        except ApiError as error:
+            return error.status == 404
+        return False
+
+    await wait_for(gone, timeout=timeout, interval=0.25)
+
+
+PodRow = tuple[str, str, str, str]
+PodLister = Callable[[], Awaitable[list[PodRow]]]
+
+
+@pytest.fixture
+async def squid_pods(kube: KubeClient, namespace: str) -> AsyncIterator[PodLister]:
+    """A function listing the namespace's pods as (name, uid, podIP, phase)."""
+
+    async def pods() -> list[tuple[str, str, str, str]]:
+        listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+        return [
+            (
+                p["metadata"]["name"],
+                p["metadata"]["uid"],
+                (p.get("status") or {}).get("podIP", ""),
+                (p.get("status") or {}).get("phase", ""),
+            )
+            for p in listing["items"]
+        ]
+
+    yield pods
