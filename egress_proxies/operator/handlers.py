@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 CLOUD_INIT_KEY = "user-data"
 CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
+RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
+RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
 EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
 TRANSIENT_RETRY_SECONDS = 10.0
 
@@ -191,21 +193,32 @@ def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyVi
     )
 
 
-def _observe(c: Components, view: machine.ProxyView) -> machine.Observed:
+def reconcile_requested(body: Mapping[str, Any]) -> str | None:
+    """The GC's pending request to recreate a vanished instance, if any."""
+    annotations = body["metadata"].get("annotations") or {}
+    request = annotations.get(RECONCILE_REQUEST_ANNOTATION)
+    if request and request != annotations.get(RECONCILE_HANDLED_ANNOTATION):
+        return str(request)
+    return None
+
+
+def _observe(c: Components, view: machine.ProxyView, body: Mapping[str, Any]) -> machine.Observed:
     stack = c.runner.state(stack_name(view.namespace, view.name))
+    missing = reconcile_requested(body) is not None
     ref = view.spec.cloud_init
     if ref is None:
-        return machine.Observed(stack=stack)
+        return machine.Observed(stack=stack, instance_missing=missing)
     data = c.fleet.secret(view.namespace, ref.secret_ref.name)
     if data is None or CLOUD_INIT_KEY not in data:
         return machine.Observed(
             stack=stack,
+            instance_missing=missing,
             cloud_init_error=(
                 f"Secret {ref.secret_ref.name} with key {CLOUD_INIT_KEY!r} and label "
                 f"{CLOUD_INIT_LABEL}=true was not found in namespace {view.namespace}"
             ),
         )
-    return machine.Observed(stack=stack, cloud_init=data[CLOUD_INIT_KEY])
+    return machine.Observed(stack=stack, cloud_init=data[CLOUD_INIT_KEY], instance_missing=missing)
 
 
 async def _reconcile(c: Components, body: dict[str, Any], patch: kopf.Patch) -> None:
@@ -213,7 +226,7 @@ async def _reconcile(c: Components, body: dict[str, Any], patch: kopf.Patch) -> 
         view = _view(body)
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
-    observed = _observe(c, view)
+    observed = _observe(c, view, body)
     decision = machine.decide(view, observed, now())
     await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
     if decision.action == machine.Action.ADOPT and decision.spec_hash:
@@ -252,7 +265,10 @@ async def _up(
 
     def run() -> None:
         program(inputs)
+        # Read back by the reconciler (is the stack current?) and the GC (whose is it?).
         pulumi.export("specHash", wanted_hash)
+        pulumi.export("proxyUid", view.uid)
+        pulumi.export("provider", str(view.spec.provider))
 
     stack = stack_name(view.namespace, view.name)
     try:
@@ -261,6 +277,9 @@ async def _up(
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
         return machine.after_failure(view, c.classify(error.text), error.text, now())
     patch.metadata.annotations[SPEC_HASH_ANNOTATION] = wanted_hash
+    request = reconcile_requested(body)
+    if request is not None:
+        patch.metadata.annotations[RECONCILE_HANDLED_ANNOTATION] = request
     status = machine.after_up(view, outputs, stack, now())
     status = status.model_copy(update={"credentials_secret": credentials_secret_name(view.uid)})
     return machine.Decision(machine.Action.NONE, status, spec_hash=wanted_hash)

@@ -75,6 +75,7 @@ class Observed:
     stack: StackState | None = None
     cloud_init: str | None = None
     cloud_init_error: str | None = None
+    instance_missing: bool = False  # the GC saw the stack's instance gone from its provider
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def _decide_managed(view: ProxyView, observed: Observed, now: str) -> Decision:
         stack is not None
         and stack.outputs.get("specHash") == wanted
         and not stack.pending_operations
+        and not observed.instance_missing
     ):
         status = _with_outputs(view, stack.outputs, now)
         if view.recorded_hash != wanted:
@@ -168,6 +170,8 @@ def _decide_managed(view: ProxyView, observed: Observed, now: str) -> Decision:
         return Decision(Action.NONE, status, spec_hash=wanted)
     reason = REPLACING if stack is not None and stack.resource_count else PROVISIONING
     message = "replacing the instance" if reason == REPLACING else "creating the instance"
+    if observed.instance_missing:
+        reason, message = PROVISIONING, "the instance was deleted out of band; recreating it"
     status = _provisioned(view, ConditionStatus.FALSE, reason, message, now)
     return Decision(Action.UP, status, spec_hash=wanted)
 

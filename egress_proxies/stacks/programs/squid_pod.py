@@ -4,7 +4,8 @@ Declares a Secret (the bcrypt passwd file), a ConfigMap (squid.conf) and the
 Pod, all named from the Proxy UID and labelled with it. The pod is replaced
 (deleted first: its name is fixed) whenever its spec changes; a cloud-init
 change reaches the pod as an environment value, which forces that too.
-Exports `ip`, `port` and `instanceId` (`<namespace>/<pod name>`).
+Exports `ip`, `port` and `instanceId` (`pods/<namespace>/<pod name>`, the id
+the Kubernetes inventory lists it under).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     )
     pulumi.export("ip", pod.status.pod_ip)
     pulumi.export("port", inputs.port)
-    pulumi.export("instanceId", pulumi.Output.concat(inputs.namespace, "/", pod.metadata["name"]))
+    pulumi.export(
+        "instanceId", pulumi.Output.concat("pods/", inputs.namespace, "/", pod.metadata["name"])
+    )
 
 
 def _pod_spec(

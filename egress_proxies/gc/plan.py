@@ -1,0 +1,91 @@
+"""What one GC sweep should do, decided from what it read (pure: no I/O).
+
+Three record-keepers must agree: the live Proxies, the stacks on the
+backend, and the instances each provider lists by UID label.
+
+- An instance is deleted only when it is provably orphaned: it carries a
+  UID label, that UID belongs to no live Proxy (one being deleted still
+  counts as live: its finalizer owns the deletion) and to no stack, and it
+  is older than the minimum age (it is not mid-create).
+- A stack whose Proxy is gone (its finalizer was removed by hand) is
+  destroyed and removed.
+- A live Proxy whose stack names an instance that its provider's complete
+  listing lacks (deleted out of band) is re-reconciled, so `up` recreates it.
+
+A provider whose listing failed, or is partial, contributes no deletions
+and no drift: missing from an incomplete list proves nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from egress_proxies.model import ProviderName
+from egress_proxies.providers.inventory import InstanceId, InventoryListing, TaggedInstance
+
+
+@dataclass(frozen=True)
+class LiveProxy:
+    """A Proxy that exists (deleting or not)."""
+
+    stack: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class StackRecord:
+    """What a stack's checkpoint says it owns."""
+
+    name: str
+    uid: str | None
+    provider: ProviderName | None
+    instance_id: str | None
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The sweep's actions."""
+
+    delete: tuple[TaggedInstance, ...] = ()
+    destroy_stacks: tuple[str, ...] = ()
+    reconcile: tuple[str, ...] = field(default=())  # stack names of drifted live Proxies
+
+
+def plan_sweep(
+    proxies: Sequence[LiveProxy],
+    stacks: Sequence[StackRecord],
+    listings: Mapping[ProviderName, InventoryListing],
+    *,
+    now: datetime.datetime,
+    min_age: datetime.timedelta,
+) -> SweepPlan:
+    """Decide the sweep from one consistent read of Proxies, stacks and inventories."""
+    live_uids = {proxy.uid for proxy in proxies}
+    live_stacks = {proxy.stack for proxy in proxies}
+    stack_uids = {stack.uid for stack in stacks if stack.uid}
+    delete = tuple(
+        instance
+        for listing in listings.values()
+        if listing.complete
+        for instance in listing.instances
+        if instance.uid_label not in live_uids
+        and instance.uid_label not in stack_uids
+        and now - instance.created_at >= min_age
+    )
+    destroy = tuple(stack.name for stack in stacks if stack.name not in live_stacks)
+    listed: dict[ProviderName, set[InstanceId]] = {
+        provider: {instance.instance_id for instance in listing.instances}
+        for provider, listing in listings.items()
+        if listing.complete
+    }
+    reconcile = tuple(
+        stack.name
+        for stack in stacks
+        if stack.name in live_stacks
+        and stack.provider in listed
+        and stack.instance_id
+        and stack.instance_id not in listed[stack.provider]
+    )
+    return SweepPlan(delete=delete, destroy_stacks=destroy, reconcile=reconcile)

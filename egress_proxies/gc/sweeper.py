@@ -1,0 +1,210 @@
+"""The orphan GC: reads Proxies, stacks and inventories, plans, then acts loudly.
+
+It runs every interval (first sweep one interval after start). Any read
+that fails skips the whole sweep: it never guesses. An operator restricted
+to some namespaces refuses to sweep unless explicitly allowed, because its
+view of live Proxies is incomplete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
+from egress_proxies.stacks.naming import stack_name
+from egress_proxies.stacks.runner import StackOperationError, StackRunner
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = datetime.timedelta(minutes=10)
+DEFAULT_MIN_AGE = datetime.timedelta(minutes=10)
+
+Trigger = Callable[[str, str], Awaitable[None]]  # (namespace, name) -> re-reconcile
+
+
+class SweepRefusedError(RuntimeError):
+    """The sweeper will not run with an incomplete view of the fleet."""
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What a sweep did (or why it did nothing)."""
+
+    skipped: str | None = None
+    deleted: tuple[str, ...] = ()
+    destroyed: tuple[str, ...] = ()
+    reconciled: tuple[str, ...] = ()
+    failures: tuple[str, ...] = field(default=())
+    seconds: float = 0.0
+
+
+class GcMetrics:
+    """What the sweeper reports; the Prometheus recorder satisfies it structurally."""
+
+    def deleted(self, provider: str, kind: str) -> None:
+        """One instance deleted."""
+
+    def swept(self, seconds: float, finished_at: float) -> None:
+        """One sweep finished."""
+
+
+class Sweeper:
+    """Deletes provably orphaned instances, destroys stacks of gone Proxies, re-reconciles drift."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        runner: StackRunner,
+        inventories: Sequence[Inventory],
+        trigger: Trigger,
+        *,
+        namespaces: tuple[str, ...] = (),
+        allow_namespaced: bool = False,
+        interval: datetime.timedelta = DEFAULT_INTERVAL,
+        min_age: datetime.timedelta = DEFAULT_MIN_AGE,
+        metrics: GcMetrics | None = None,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        if namespaces and not allow_namespaced:
+            raise SweepRefusedError(
+                "the operator watches only some namespaces, so the GC cannot tell orphans "
+                "from other operators' instances; pass --gc-allow-namespaced to sweep anyway"
+            )
+        self._client = client
+        self._runner = runner
+        self._inventories = list(inventories)
+        self._trigger = trigger
+        self._namespaces = namespaces
+        self._interval = interval
+        self._min_age = min_age
+        self._metrics = metrics or GcMetrics()
+        self._clock = clock
+        self.last: SweepReport | None = None
+
+    def __repr__(self) -> str:
+        last = "never" if self.last is None else (self.last.skipped or "ok")
+        return f"<Sweeper [interval: {self._interval} | min age: {self._min_age} | last: {last}]>"
+
+    async def run(self) -> None:
+        """Sweep every interval until cancelled; the first sweep waits one interval."""
+        while True:
+            await asyncio.sleep(self._interval.total_seconds())
+            try:
+                await self.sweep()
+            except Exception:
+                logger.exception("GC sweep failed")
+
+    async def sweep(self) -> SweepReport:
+        """One sweep."""
+        started = time.monotonic()
+        report = await self._sweep()
+        report = SweepReport(**{**report.__dict__, "seconds": time.monotonic() - started})
+        self.last = report
+        self._metrics.swept(report.seconds, time.time())
+        if report.skipped:
+            logger.warning("GC sweep skipped: %s", report.skipped)
+        return report
+
+    async def _sweep(self) -> SweepReport:
+        try:
+            proxies = await self._live_proxies()
+        except (ApiError, OSError) as error:
+            return SweepReport(skipped=f"listing Proxies failed: {error}")
+        listings: dict[ProviderName, InventoryListing] = {}
+        for inventory in self._inventories:
+            try:
+                listings[inventory.provider] = await inventory.list_tagged()
+            except InventoryError as error:
+                return SweepReport(skipped=f"listing {inventory.provider} failed: {error}")
+        stacks = await asyncio.to_thread(self._stack_records)
+        plan = plan_sweep(proxies, stacks, listings, now=self._clock(), min_age=self._min_age)
+        return await self._act(plan)
+
+    async def _live_proxies(self) -> list[LiveProxy]:
+        paths = (
+            [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in self._namespaces]
+            if self._namespaces
+            else [f"/apis/{GROUP}/{VERSION}/{PLURAL}"]
+        )
+        proxies: list[LiveProxy] = []
+        for path in paths:
+            listing = await self._client.get(path)
+            proxies += [_live(item) for item in listing.get("items", [])]
+        return proxies
+
+    def _stack_records(self) -> list[StackRecord]:
+        records = []
+        for name in self._runner.backend.stacks():
+            state = self._runner.backend.read(name)
+            outputs = state.outputs if state else {}
+            records.append(
+                StackRecord(
+                    name=name,
+                    uid=outputs.get("proxyUid"),
+                    provider=_provider(outputs.get("provider")),
+                    instance_id=outputs.get("instanceId"),
+                )
+            )
+        return records
+
+    async def _act(self, plan: SweepPlan) -> SweepReport:
+        inventories = {inventory.provider: inventory for inventory in self._inventories}
+        deleted, destroyed, reconciled, failures = [], [], [], []
+        for instance in plan.delete:
+            logger.warning(
+                "WARNING: GC deleting orphaned instance provider=%s id=%s uid=%s",
+                instance.provider,
+                instance.instance_id,
+                instance.uid_label,
+            )
+            try:
+                await inventories[instance.provider].delete(instance.instance_id)
+            except InventoryError as error:
+                failures.append(f"{instance.instance_id}: {error}")
+                continue
+            deleted.append(instance.instance_id)
+            self._metrics.deleted(instance.provider, instance.instance_id.split("/", 1)[0])
+        for stack in plan.destroy_stacks:
+            logger.warning("WARNING: GC destroying stack %s: its Proxy is gone", stack)
+            try:
+                await self._runner.destroy(stack)
+            except StackOperationError as error:
+                failures.append(f"{stack}: {error}")
+                continue
+            destroyed.append(stack)
+        for stack in plan.reconcile:
+            namespace, name = stack.split(".", 1)
+            logger.warning("GC: the instance of %s/%s is gone; re-reconciling", namespace, name)
+            try:
+                await self._trigger(namespace, name)
+            except (ApiError, OSError) as error:
+                failures.append(f"{stack}: {error}")
+                continue
+            reconciled.append(stack)
+        return SweepReport(
+            deleted=tuple(deleted),
+            destroyed=tuple(destroyed),
+            reconciled=tuple(reconciled),
+            failures=tuple(failures),
+        )
+
+
+def _provider(value: object) -> ProviderName | None:
+    try:
+        return ProviderName(str(value))
+    except ValueError:
+        return None
+
+
+def _live(item: dict[str, Any]) -> LiveProxy:
+    meta = item["metadata"]
+    return LiveProxy(stack=stack_name(meta["namespace"], meta["name"]), uid=meta["uid"])

@@ -1,0 +1,91 @@
+"""The Kubernetes inventory: every pod, ConfigMap and Secret carrying a Proxy UID label.
+
+One list call per kind across all namespaces (a label-existence selector),
+so a sweep costs three requests whatever the fleet's size. Instance ids are
+`<kind>/<namespace>/<name>` (kind: pods, configmaps, secrets).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import UID_LABEL, ProviderName
+from egress_proxies.providers.inventory import (
+    InstanceId,
+    InstanceState,
+    InventoryError,
+    InventoryListing,
+    TaggedInstance,
+)
+
+KINDS = ("pods", "configmaps", "secrets")
+
+
+def instance_id(kind: str, namespace: str, name: str) -> InstanceId:
+    """The inventory id of one object."""
+    return InstanceId(f"{kind}/{namespace}/{name}")
+
+
+class KubernetesInventory:
+    """Lists and deletes UID-labelled objects through the API server."""
+
+    def __init__(self, client: KubeClient, namespaces: tuple[str, ...] = ()) -> None:
+        self._client = client
+        self._namespaces = namespaces
+
+    def __repr__(self) -> str:
+        scope = ",".join(self._namespaces) or "all namespaces"
+        return f"<KubernetesInventory {scope}>"
+
+    @property
+    def provider(self) -> ProviderName:
+        """This inventory reads the kubernetes provider."""
+        return ProviderName.KUBERNETES
+
+    async def list_tagged(self) -> InventoryListing:
+        """Every labelled pod, ConfigMap and Secret; any failed list fails the whole listing."""
+        instances: list[TaggedInstance] = []
+        for kind in KINDS:
+            for path in self._collection_paths(kind):
+                try:
+                    listing = await self._client.request(
+                        "GET", path, params={"labelSelector": UID_LABEL}
+                    )
+                except (ApiError, OSError) as error:
+                    raise InventoryError(f"listing {kind} failed: {error}") from error
+                instances += [_tagged(kind, item) for item in listing.get("items", [])]
+        return InventoryListing(ProviderName.KUBERNETES, tuple(instances))
+
+    async def delete(self, instance_id: InstanceId) -> None:
+        """Delete one object; already gone counts as deleted."""
+        kind, namespace, name = instance_id.split("/", 2)
+        if kind not in KINDS:
+            raise InventoryError(f"not a kubernetes inventory id: {instance_id}")
+        try:
+            await self._client.delete(f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+        except (ApiError, OSError) as error:
+            raise InventoryError(f"deleting {instance_id} failed: {error}") from error
+
+    def _collection_paths(self, kind: str) -> list[str]:
+        if not self._namespaces:
+            return [f"/api/v1/{kind}"]
+        return [f"/api/v1/namespaces/{namespace}/{kind}" for namespace in self._namespaces]
+
+
+def _tagged(kind: str, item: dict[str, Any]) -> TaggedInstance:
+    meta = item["metadata"]
+    created = datetime.datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+    phase = (item.get("status") or {}).get("phase") if kind == "pods" else "Running"
+    state = {
+        "Pending": InstanceState.PROVISIONING,
+        "Running": InstanceState.RUNNING,
+    }.get(phase or "", InstanceState.STOPPED)
+    return TaggedInstance(
+        provider=ProviderName.KUBERNETES,
+        instance_id=instance_id(kind, meta["namespace"], meta["name"]),
+        uid_label=meta["labels"][UID_LABEL],
+        created_at=created,
+        state=state,
+    )
