@@ -1,0 +1,95 @@
+"""The time seam: the engine reads and waits on time only through a Clock.
+
+`LoopClock` is the real one; `ManualClock` is virtual time for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Monotonic seconds for scheduling, UTC wall time for reports, and a way to wait."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards."""
+        ...
+
+    def utcnow(self) -> datetime:
+        """The current wall time, timezone-aware UTC."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Return after `seconds` of this clock's time."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock: what the operator uses."""
+
+    def __repr__(self) -> str:
+        return "<LoopClock>"
+
+    def monotonic(self) -> float:
+        """The event loop's monotonic time."""
+        return asyncio.get_running_loop().time()
+
+    def utcnow(self) -> datetime:
+        """`datetime.now(UTC)`."""
+        return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        """`asyncio.sleep`."""
+        await asyncio.sleep(seconds)
+
+
+class ManualClock:
+    """A clock that moves only when told to: runs the engine in virtual time (tests, e2e).
+
+    `sleep()` returns once `advance()` has moved the clock past its deadline.
+    """
+
+    def __init__(
+        self, start: float = 0.0, wall: datetime = datetime(2026, 1, 1, tzinfo=UTC)
+    ) -> None:
+        self._now = start
+        self._wall_offset = wall - timedelta(seconds=start)
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def __repr__(self) -> str:
+        return f"<ManualClock at {self._now:g} s | sleepers: {self.sleepers}>"
+
+    @property
+    def sleepers(self) -> int:
+        """How many `sleep()` calls are waiting."""
+        return sum(not future.done() for _, _, future in self._sleepers)
+
+    def monotonic(self) -> float:
+        """The virtual time."""
+        return self._now
+
+    def utcnow(self) -> datetime:
+        """The wall time matching the virtual time."""
+        return self._wall_offset + timedelta(seconds=self._now)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock has been advanced by `seconds` (yield once if not positive)."""
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._now + seconds, next(self._order), future))
+        await future
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward and wake every sleeper whose deadline has come."""
+        self._now += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)

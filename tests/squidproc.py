@@ -1,0 +1,212 @@
+"""Standalone real squid processes on loopback, for tests and benchmarks.
+
+A `SquidProcess` runs Debian's squid as the `proxy` user (tied to this
+process by `setpriv --pdeathsig`, like the dev cluster's pods) on one or more
+`127.0.0.1` ports — at most 128, squid's limit per process. It is open, or
+authenticated exactly like a managed proxy: the project's own
+`squid_config.squid_conf` with a bcrypt `passwd_line`.
+
+    with SquidProcess(ports=3, credentials=ProxyCredentials("u", "p")) as squid:
+        squid.proxy_urls   # ["http://127.0.0.1:40123", ...]
+        squid.stop(); squid.start()   # same ports again
+        squid.pause(); squid.resume()  # SIGSTOP / SIGCONT: accepts, never answers
+
+The run directory lives under /tmp, not under pytest's 0700 tmp dirs: squid
+runs as `proxy`, which must traverse it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from egress_proxies.devcluster import toolchain
+from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
+
+SQUID_USER = "proxy"
+MAX_PORTS_PER_PROCESS = 128
+LOOPBACK = "127.0.0.1"
+_START_TIMEOUT = 20.0
+
+_OPEN_CONF = """\
+# An open forward proxy for tests: loopback only, no cache, no leaks.
+http_access allow all
+cache deny all
+forwarded_for delete
+via off
+httpd_suppress_version_string on
+"""
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """`count` distinct ports that were free on `host` a moment ago."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _process_directives(run_dir: Path) -> str:
+    return f"""
+# Process files in this run's own directory.
+pid_filename {run_dir}/squid.pid
+cache_log stdio:{run_dir}/cache.log
+access_log stdio:{run_dir}/access.log
+netdb_filename none
+coredump_dir {run_dir}
+pinger_enable off
+shutdown_lifetime 1 seconds
+"""
+
+
+class SquidProcess:
+    """One squid process listening on `ports` loopback ports, open or with basic auth."""
+
+    def __init__(
+        self,
+        ports: int = 1,
+        *,
+        credentials: ProxyCredentials | None = None,
+        host: str = LOOPBACK,
+    ) -> None:
+        if not 1 <= ports <= MAX_PORTS_PER_PROCESS:
+            raise ValueError(f"one squid listens on 1 to {MAX_PORTS_PER_PROCESS} ports")
+        self.host = host
+        self.ports = tuple(free_ports(ports, host))
+        self.credentials = credentials
+        self.run_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-squid-", dir="/tmp"))
+        self._child: Child | None = None
+        self._write_files()
+
+    def __repr__(self) -> str:
+        state = "not started" if self._child is None else repr(self._child)
+        auth = "auth" if self.credentials else "open"
+        return f"<SquidProcess {self.host} ports={len(self.ports)} {auth} {state}>"
+
+    @property
+    def proxy_urls(self) -> list[str]:
+        """`http://host:port` of every listener, in port order."""
+        return [f"http://{self.host}:{port}" for port in self.ports]
+
+    @property
+    def access_log(self) -> Path:
+        """squid's access log (one line per request or CONNECT tunnel)."""
+        return self.run_dir / "access.log"
+
+    def config(self) -> str:
+        """The squid.conf this process runs."""
+        listeners = "\n".join(f"http_port {self.host}:{port}" for port in self.ports)
+        if self.credentials is None:
+            body = f"{listeners}\n{_OPEN_CONF}"
+        else:
+            template = squid_conf(self.ports[0], passwd_path=str(self.run_dir / "passwd"))
+            body = template.replace(f"http_port {self.ports[0]}\n", f"{listeners}\n", 1)
+        return body + _process_directives(self.run_dir)
+
+    def _write_files(self) -> None:
+        proxy_user = pwd.getpwnam(SQUID_USER)
+        (self.run_dir / "squid.conf").write_text(self.config())
+        if self.credentials is not None:
+            (self.run_dir / "passwd").write_text(passwd_line(self.credentials))
+        os.chmod(self.run_dir, 0o711)
+        for path in (self.run_dir, *self.run_dir.iterdir()):
+            os.chown(path, proxy_user.pw_uid, proxy_user.pw_gid)
+
+    def start(self) -> None:
+        """Start squid (again, on the same ports) and wait until every port accepts."""
+        if self._child is not None and self._child.alive():
+            raise RuntimeError(f"{self!r} is already running")
+        self._child = spawn(
+            f"squid-{self.ports[0]}",
+            [str(toolchain.squid()), "-N", "-f", str(self.run_dir / "squid.conf")],
+            pid_dir=self.run_dir / "pids",
+            log=self.run_dir / "squid.out",
+            user=SQUID_USER,
+        )
+        deadline = time.monotonic() + _START_TIMEOUT
+        pending = list(self.ports)
+        while pending:
+            if not self._child.alive() or time.monotonic() > deadline:
+                tail = self._cache_log_tail()
+                self._child.stop()
+                raise RuntimeError(f"squid did not start listening: {tail}")
+            if _accepts(self.host, pending[0]):
+                pending.pop(0)
+            else:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Kill squid and its helpers at once (paused or not); its ports refuse connections.
+
+        SIGKILL rather than SIGTERM: a graceful squid shutdown takes seconds and
+        tests want the proxy gone, not a clean cache.
+        """
+        if self._child is None:
+            return
+        child, self._child = self._child, None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.process.pid, signal.SIGKILL)
+        child.process.wait(timeout=10)
+        child.pid_file.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """SIGSTOP squid and its helpers: the kernel still accepts connections, nobody answers."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused squid."""
+        self._signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        """Stop squid and remove its run directory."""
+        self.stop()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._child is not None and self._child.alive():
+            os.killpg(self._child.process.pid, sig)
+
+    def _cache_log_tail(self) -> str:
+        for name in ("cache.log", "squid.out"):
+            path = self.run_dir / name
+            if path.exists() and path.stat().st_size:
+                return path.read_text(errors="replace")[-800:]
+        return "(no output)"
+
+    def __enter__(self) -> SquidProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
