@@ -11,17 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
+from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.devcluster import toolchain
+from egress_proxies.health import HealthEngine, HttpProber, LoopClock
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.model import ProviderName
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import Components, Program, register
+from egress_proxies.operator.health_status import HealthStatusPump
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
+from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ class OperatorSettings:
     passphrase: str | None = None
     pulumi_root: Path | None = None
     liveness_port: int | None = None
+    health_workers: int = 64
 
 
 def passphrase_from_env() -> str | None:
@@ -79,6 +84,8 @@ class Operator:
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
         self.writer = StatusWriter(self.client)
+        self.metrics_registry = CollectorRegistry()
+        self.health_pump = HealthStatusPump(self.fleet, self.writer)
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
             RunnerSettings(
@@ -111,7 +118,7 @@ class Operator:
         logger.info("proxy %s is gone", key)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run kopf until `stop` is set."""
+        """Run kopf, the health engine and the status pump until `stop` is set."""
         stop_flag: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def relay_stop() -> None:
@@ -119,7 +126,28 @@ class Operator:
             if not stop_flag.done():
                 stop_flag.set_result(None)
 
-        relay = asyncio.create_task(relay_stop())
+        async with HttpProber() as prober:
+            engine = HealthEngine(
+                self.fleet,
+                self.health_pump.offer,
+                prober,
+                LoopClock(),
+                PrometheusProbeMetrics(self.metrics_registry),
+                workers=self.settings.health_workers,
+            )
+            background = [
+                asyncio.create_task(relay_stop(), name="stop relay"),
+                asyncio.create_task(engine.run(), name="health engine"),
+                asyncio.create_task(self.health_pump.run(), name="health status pump"),
+            ]
+            try:
+                await self._run_kopf(stop_flag)
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+
+    async def _run_kopf(self, stop_flag: asyncio.Future[None]) -> None:
         try:
             await kopf.operator(
                 registry=self.registry,
@@ -134,7 +162,6 @@ class Operator:
                 ),
             )
         finally:
-            relay.cancel()
             await self.client.close()
             await asyncio.to_thread(self.runner.close)
 

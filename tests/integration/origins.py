@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
@@ -23,10 +23,15 @@ class Origin:
 
     url: str
     client_ssl: ssl.SSLContext | None = None
+    hits: list[int] = field(default_factory=lambda: [0])  # requests served so far
 
 
-async def _hello(_: web.Request) -> web.Response:
-    return web.Response(text=ORIGIN_BODY)
+def _hello(hits: list[int]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(_: web.Request) -> web.Response:
+        hits[0] += 1
+        return web.Response(text=ORIGIN_BODY)
+
+    return handler
 
 
 def _tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -52,8 +57,9 @@ def _tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 @asynccontextmanager
 async def serve_origin(tls_dir: Path | None = None) -> AsyncIterator[Origin]:
     """Serve ORIGIN_BODY on 127.0.0.1 (HTTPS when `tls_dir` is given) until exit."""
+    hits = [0]
     app = web.Application()
-    app.router.add_get("/", _hello)
+    app.router.add_get("/", _hello(hits))
     runner = web.AppRunner(app)
     await runner.setup()
     server_ssl, client_ssl = _tls_contexts(tls_dir) if tls_dir else (None, None)
@@ -62,6 +68,6 @@ async def serve_origin(tls_dir: Path | None = None) -> AsyncIterator[Origin]:
     port = runner.addresses[0][1]
     scheme = "https" if tls_dir else "http"
     try:
-        yield Origin(url=f"{scheme}://127.0.0.1:{port}/", client_ssl=client_ssl)
+        yield Origin(url=f"{scheme}://127.0.0.1:{port}/", client_ssl=client_ssl, hits=hits)
     finally:
         await runner.cleanup()
