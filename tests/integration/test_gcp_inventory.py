@@ -1,0 +1,273 @@
+"""The GCE inventory client against a local fake of the Compute REST subset it uses.
+
+Google cannot be reached from here; `fake_compute` stands in for it (see its
+docstring for what that does and does not prove).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from egress_proxies.model import ProviderName
+from egress_proxies.providers.gcp import (
+    UID_LABEL_KEY,
+    GceInventory,
+    MetadataServerTokens,
+    ServiceAccountKey,
+    ServiceAccountKeyTokens,
+)
+from egress_proxies.providers.inventory import (
+    InstanceId,
+    InstanceState,
+    InventoryError,
+    PartialFailure,
+)
+from tests.integration.fake_compute import METADATA_TOKEN_PATH, FakeCompute, FakeInstance, serving
+
+PROJECT = "crawler-proxies"
+EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
+
+
+@dataclass
+class FakeClock:
+    """Seconds since the epoch, moved by hand."""
+
+    now: float = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def signing_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@pytest.fixture
+def key_file(tmp_path: Path, signing_key: rsa.RSAPrivateKey) -> Path:
+    """A key file shaped like the JSON `gcloud iam service-accounts keys create` writes."""
+    pem = signing_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    path = tmp_path / "key.json"
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": PROJECT,
+                "private_key_id": "0123456789abcdef",
+                "private_key": pem,
+                "client_email": EMAIL,
+                "client_id": "1234567890",
+                "token_uri": "https://oauth2.googleapis.com/token",
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+async def compute(signing_key: rsa.RSAPrivateKey) -> AsyncIterator[FakeCompute]:
+    fake = FakeCompute(PROJECT, EMAIL, signing_key.public_key())
+    async with serving(fake):
+        yield fake
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as client:
+        yield client
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def tokens(
+    key_file: Path, compute: FakeCompute, session: aiohttp.ClientSession, clock: FakeClock
+) -> ServiceAccountKeyTokens:
+    key = ServiceAccountKey.from_file(key_file)
+    return ServiceAccountKeyTokens(key, session, token_url=f"{compute.url}/token", clock=clock)
+
+
+@pytest.fixture
+def inventory(
+    compute: FakeCompute, tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
+) -> GceInventory:
+    return GceInventory(PROJECT, tokens, session, compute_url=f"{compute.url}/compute/v1")
+
+
+def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
+    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
+
+
+async def test_lists_labelled_instances_across_zones(
+    compute: FakeCompute, inventory: GceInventory
+) -> None:
+    compute.instances = [
+        labelled("us-central1-a", "proxy-aaaa", "uid-a"),
+        labelled("europe-west4-b", "proxy-bbbb", "uid-b", status="STAGING"),
+        labelled("europe-west4-b", "proxy-cccc", "uid-c", status="SOME_NEW_STATE"),
+        FakeInstance("us-central1-a", "somebody-elses-vm", {"team": "crawl"}),
+    ]
+
+    listing = await inventory.list_tagged()
+
+    assert listing.complete
+    assert listing.provider is ProviderName.GCP
+    by_uid = {instance.uid_label: instance for instance in listing.instances}
+    assert set(by_uid) == {"uid-a", "uid-b", "uid-c"}
+    assert by_uid["uid-a"].instance_id == "zones/us-central1-a/instances/proxy-aaaa"
+    assert by_uid["uid-a"].state is InstanceState.RUNNING
+    assert by_uid["uid-b"].state is InstanceState.PROVISIONING
+    assert by_uid["uid-c"].state is InstanceState.STOPPED
+    assert by_uid["uid-a"].created_at == datetime(2024, 5, 1, 17, 20, 30, 123000, tzinfo=UTC)
+    [query] = compute.list_queries
+    assert query["filter"] == f"labels.{UID_LABEL_KEY}:*"
+    assert query["returnPartialSuccess"] == "true"
+    assert repr(listing) == "<InventoryListing gcp: 3 instances>"
+
+
+async def test_follows_page_tokens_to_the_last_page(
+    compute: FakeCompute, inventory: GceInventory
+) -> None:
+    compute.max_page_size = 2
+    compute.instances = [labelled(f"zone-{n % 2}", f"proxy-{n}", f"uid-{n}") for n in range(5)]
+
+    listing = await inventory.list_tagged()
+
+    assert sorted(i.uid_label for i in listing.instances) == [f"uid-{n}" for n in range(5)]
+    assert [q.get("pageToken") for q in compute.list_queries] == [None, "2", "4"]
+    assert listing.complete
+
+
+async def test_an_unreachable_zone_is_reported_not_fatal(
+    compute: FakeCompute, inventory: GceInventory
+) -> None:
+    compute.instances = [labelled("us-central1-a", "proxy-aaaa", "uid-a")]
+    compute.unreachable_zones = {"asia-east1-c"}
+
+    listing = await inventory.list_tagged()
+
+    assert [i.uid_label for i in listing.instances] == ["uid-a"]
+    assert not listing.complete
+    assert {failure.scope for failure in listing.partial_failures} == {"zones/asia-east1-c"}
+    assert PartialFailure("zones/asia-east1-c", "unreachable") in listing.partial_failures
+    assert repr(listing) == "<InventoryListing gcp: 1 instances | unreadable: zones/asia-east1-c>"
+
+
+async def test_delete_by_id_and_an_instance_already_gone_is_deleted(
+    compute: FakeCompute, inventory: GceInventory
+) -> None:
+    compute.instances = [labelled("us-central1-a", "proxy-aaaa", "uid-a")]
+    target = InstanceId("zones/us-central1-a/instances/proxy-aaaa")
+
+    await inventory.delete(target)
+    await inventory.delete(target)
+
+    assert compute.deleted == [target]
+    assert compute.instances == []
+
+
+@pytest.mark.parametrize(
+    "instance_id",
+    ["proxy-aaaa", "zones/us-central1-a/instances/../../global/networks/default", ""],
+)
+async def test_delete_refuses_what_is_not_an_instance_id(
+    compute: FakeCompute, inventory: GceInventory, instance_id: str
+) -> None:
+    with pytest.raises(ValueError, match="zones/<zone>/instances/<name>"):
+        await inventory.delete(InstanceId(instance_id))
+    assert compute.issued_tokens == []
+
+
+async def test_a_denied_listing_fails_whole_without_leaking_the_token(
+    compute: FakeCompute, tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
+) -> None:
+    other = GceInventory(
+        "another-project", tokens, session, compute_url=f"{compute.url}/compute/v1"
+    )
+
+    with pytest.raises(
+        InventoryError, match=r"HTTP 403: Required 'compute\.instances\.list'"
+    ) as error:
+        await other.list_tagged()
+
+    assert compute.issued_tokens
+    assert all(token not in str(error.value) for token in compute.issued_tokens)
+
+
+async def test_service_account_tokens_are_cached_until_shortly_before_expiry(
+    compute: FakeCompute, inventory: GceInventory, clock: FakeClock
+) -> None:
+    await inventory.list_tagged()
+    await inventory.list_tagged()
+    assert len(compute.issued_tokens) == 1
+
+    clock.now += compute.token_lifetime - 299
+    await inventory.list_tagged()
+
+    assert len(compute.issued_tokens) == 2
+
+
+async def test_a_token_signed_with_another_key_is_refused(
+    compute: FakeCompute, key_file: Path, session: aiohttp.ClientSession
+) -> None:
+    compute.service_account_key = rsa.generate_private_key(65537, 2048).public_key()
+    key = ServiceAccountKey.from_file(key_file)
+    tokens = ServiceAccountKeyTokens(key, session, token_url=f"{compute.url}/token")
+
+    with pytest.raises(InventoryError, match="invalid_grant: Invalid JWT Signature"):
+        await tokens.bearer()
+
+
+async def test_metadata_server_tokens(compute: FakeCompute, session: aiohttp.ClientSession) -> None:
+    tokens = MetadataServerTokens(session, token_url=f"{compute.url}{METADATA_TOKEN_PATH}")
+    inventory = GceInventory(PROJECT, tokens, session, compute_url=f"{compute.url}/compute/v1")
+    compute.instances = [labelled("us-central1-a", "proxy-aaaa", "uid-a")]
+
+    listing = await inventory.list_tagged()
+
+    assert [i.uid_label for i in listing.instances] == ["uid-a"]
+    assert repr(tokens) == f"<MetadataServerTokens via {compute.url}{METADATA_TOKEN_PATH}>"
+
+
+async def test_an_unreachable_api_is_an_inventory_error(
+    tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
+) -> None:
+    inventory = GceInventory(PROJECT, tokens, session, compute_url="http://127.0.0.1:9/compute/v1")
+
+    with pytest.raises(InventoryError, match="ClientConnectorError"):
+        await inventory.list_tagged()
+
+
+async def test_the_private_key_stays_out_of_reprs(
+    key_file: Path, signing_key: rsa.RSAPrivateKey, session: aiohttp.ClientSession
+) -> None:
+    key = ServiceAccountKey.from_file(key_file)
+    tokens = ServiceAccountKeyTokens(key, session)
+
+    assert "PRIVATE KEY" not in repr(key)
+    assert (
+        repr(tokens) == f"<ServiceAccountKeyTokens {EMAIL} via https://oauth2.googleapis.com/token>"
+    )
+
+
+def test_a_key_file_that_is_not_a_service_account_key_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({"type": "authorized_user", "refresh_token": "secret"}))
+    with pytest.raises(ValueError, match="not a service-account key"):
+        ServiceAccountKey.from_file(path)
