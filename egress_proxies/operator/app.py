@@ -23,6 +23,7 @@ from egress_proxies.operator.handlers import Components, Program, register
 from egress_proxies.operator.health_status import HealthStatusPump
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.stacks.errors import classify
+from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
@@ -67,7 +68,7 @@ def default_pulumi_root() -> Path | None:
 
 def programs() -> dict[ProviderName, Program]:
     """The inline program of each provider."""
-    return {ProviderName.KUBERNETES: squid_pod_program}
+    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: gce_vm_program}
 
 
 class Operator:
