@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 from collections.abc import Sequence
@@ -100,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 passphrase=passphrase_from_env(),
                 pulumi_root=default_pulumi_root(),
                 liveness_port=args.liveness_port,
+                gc_interval=datetime.timedelta(seconds=args.gc_interval),
+                gc_min_age=datetime.timedelta(seconds=args.gc_min_age),
+                gc_allow_namespaced=args.gc_allow_namespaced,
             )
         )
     if args.command == "crd":

@@ -112,6 +112,15 @@ class Sweeper:
         self._metrics.swept(report.seconds, time.time())
         if report.skipped:
             logger.warning("GC sweep skipped: %s", report.skipped)
+        else:
+            logger.info(
+                "GC sweep finished in %.2fs: deleted %d, destroyed %d, reconciled %d, failed %d",
+                report.seconds,
+                len(report.deleted),
+                len(report.destroyed),
+                len(report.reconciled),
+                len(report.failures),
+            )
         return report
 
     async def _sweep(self) -> SweepReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import os
 import signal
@@ -15,13 +16,25 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.devcluster import toolchain
+from egress_proxies.gc.sweeper import (
+    DEFAULT_INTERVAL,
+    DEFAULT_MIN_AGE,
+    Sweeper,
+    SweepRefusedError,
+)
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock
 from egress_proxies.kube import Credentials, KubeClient
-from egress_proxies.model import ProviderName
+from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.fleet import Fleet
-from egress_proxies.operator.handlers import Components, Program, register
+from egress_proxies.operator.handlers import (
+    RECONCILE_REQUEST_ANNOTATION,
+    Components,
+    Program,
+    register,
+)
 from egress_proxies.operator.health_status import HealthStatusPump
 from egress_proxies.operator.status import StatusWriter
+from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
@@ -47,6 +60,9 @@ class OperatorSettings:
     pulumi_root: Path | None = None
     liveness_port: int | None = None
     health_workers: int = 64
+    gc_interval: datetime.timedelta = DEFAULT_INTERVAL
+    gc_min_age: datetime.timedelta = DEFAULT_MIN_AGE
+    gc_allow_namespaced: bool = False
 
 
 def passphrase_from_env() -> str | None:
@@ -97,6 +113,16 @@ class Operator:
                 extra_env=_provider_env(settings.kubeconfig, bin_path),
             )
         )
+        self.sweeper = Sweeper(
+            self.client,
+            self.runner,
+            [KubernetesInventory(self.client, tuple(settings.namespaces))],
+            self._request_reconcile,
+            namespaces=tuple(settings.namespaces),
+            allow_namespaced=settings.gc_allow_namespaced,
+            interval=settings.gc_interval,
+            min_age=settings.gc_min_age,
+        )
         self.registry = kopf.OperatorRegistry()
         register(
             self.registry,
@@ -117,6 +143,14 @@ class Operator:
 
     def _proxy_gone(self, key: ProxyKey) -> None:
         logger.info("proxy %s is gone", key)
+
+    async def _request_reconcile(self, namespace: str, name: str) -> None:
+        """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
+        stamp = datetime.datetime.now(datetime.UTC).isoformat()
+        await self.client.patch(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
+            {"metadata": {"annotations": {RECONCILE_REQUEST_ANNOTATION: stamp}}},
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run kopf, the health engine and the status pump until `stop` is set."""
@@ -140,6 +174,7 @@ class Operator:
                 asyncio.create_task(relay_stop(), name="stop relay"),
                 asyncio.create_task(engine.run(), name="health engine"),
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
+                asyncio.create_task(self.sweeper.run(), name="orphan GC"),
             ]
             try:
                 await self._run_kopf(stop_flag)
@@ -182,7 +217,7 @@ def run_operator(settings: OperatorSettings) -> int:
     )
     try:
         operator = Operator(settings)
-    except (ConfigurationError, KeyError, FileNotFoundError) as error:
+    except (ConfigurationError, SweepRefusedError, KeyError, FileNotFoundError) as error:
         logger.error("cannot start: %s", error)
         return 2
 

@@ -81,9 +81,12 @@ def counting_pulumi_root(directory: Path, calls: Path) -> Path:
 
 @pytest.fixture
 def operator(
-    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
+    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
-    """The operator watching the test's namespace, its state in the test's tmp dir."""
+    """The operator watching the test's namespace, its state in the test's tmp dir.
+
+    `@pytest.mark.operator_env(NAME="value")` adds environment for one test.
+    """
     state = tmp_path / "operator-state"
     calls = tmp_path / "pulumi-calls.log"
     env = {
@@ -93,7 +96,11 @@ def operator(
         "PULUMI_CONFIG_PASSPHRASE": secrets.token_urlsafe(16),
         "EGRESS_PROXIES_PULUMI_ROOT": str(counting_pulumi_root(tmp_path / "pulumi-root", calls)),
         "EGRESS_PROXIES_LOG_LEVEL": "INFO",
+        "EGRESS_PROXIES_GC_ALLOW_NAMESPACED": "true",
     }
+    marker = request.node.get_closest_marker("operator_env")
+    if marker is not None:
+        env.update(marker.kwargs)
     process = OperatorProcess(namespace, state, tmp_path / "operator.log", calls, env)
     process.start()
     yield process
