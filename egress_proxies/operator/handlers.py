@@ -272,7 +272,7 @@ async def _up(
 
     stack = stack_name(view.namespace, view.name)
     try:
-        outputs = await c.runner.up(stack, view.uid, run)
+        outputs = await c.runner.up(stack, view.uid, run, refresh=observed.instance_missing)
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
         return machine.after_failure(view, c.classify(error.text), error.text, now())

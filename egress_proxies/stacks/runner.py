@@ -116,10 +116,16 @@ class StackRunner:
         """The stack's checkpoint as the backend holds it (no CLI process)."""
         return self.backend.read(stack)
 
-    async def up(self, stack: str, uid: str, program: Callable[[], None]) -> Mapping[str, Any]:
-        """Create or update the stack with `program`; return its outputs (secrets as None)."""
+    async def up(
+        self, stack: str, uid: str, program: Callable[[], None], *, refresh: bool = False
+    ) -> Mapping[str, Any]:
+        """Create or update the stack with `program`; return its outputs (secrets as None).
+
+        `refresh` first reconciles the state with reality in the same pulumi
+        process, for resources deleted out of band.
+        """
         async with self._lock(stack):
-            outputs: Mapping[str, Any] = await self._in_pool(self._up, stack, uid, program)
+            outputs: Mapping[str, Any] = await self._in_pool(self._up, stack, uid, program, refresh)
             return outputs
 
     async def destroy(self, stack: str) -> None:
@@ -175,7 +181,9 @@ class StackRunner:
             pulumi_command=self._pulumi(),
         )
 
-    def _up(self, stack: str, uid: str, program: Callable[[], None]) -> Mapping[str, Any]:
+    def _up(
+        self, stack: str, uid: str, program: Callable[[], None], refresh: bool
+    ) -> Mapping[str, Any]:
         workspace = self._workspace(stack, program)
         self.backend.clear_stale_locks()
         try:
@@ -187,7 +195,7 @@ class StackRunner:
             if state is not None and state.pending_operations:
                 logger.warning("stack %s has unfinished operations; refreshing them away", stack)
                 handle.refresh(clear_pending_creates=True)
-            result = handle.up(color="never")
+            result = handle.up(color="never", refresh=refresh)
         except auto.CommandError as error:
             raise StackOperationError("up", stack, _error_text(error)) from None
         finally:
