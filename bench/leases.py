@@ -1,0 +1,313 @@
+"""Discovery API benchmark: lease + release throughput and latency over loopback HTTP.
+
+    .venv/bin/python -m bench.leases [--clients 64] [--pairs 40] [--rounds 5]
+
+A server process (as in production, where crawlers run elsewhere) serves a
+trivial aiohttp handler and the discovery API over 100, 1,000 and 10,000
+indexed proxies (bearer auth on). This process runs `--clients` concurrent
+clients against each in turn, each client a keep-alive connection doing a
+fixed number of requests, for `--rounds` interleaved rounds. The clients speak
+minimal HTTP/1.1 over asyncio streams, so that the server and not the load
+generator is what gets measured. From that one run it prints:
+
+- lease+release pairs/s at 1,000 proxies ÷ trivial requests/s (target ≥ 0.5).
+  A pair is two requests, so this ratio cannot exceed 0.5; the per-request
+  ratio (lease API requests/s ÷ trivial requests/s) is printed beside it;
+- p99 lease latency at 1,000 proxies as the clients see it (target ≤ 10 ms),
+  beside the trivial handler's p99 under the same 64 clients (queueing on one
+  event loop bounds both) and the lease handler's p99 inside the server;
+- pairs/s at 10,000 proxies ÷ at 100 (target ≥ 0.7).
+
+Each ratio is given twice: from wall-clock throughput, and from the server
+process's CPU time per request or pair, which a busy machine disturbs far less.
+Both are medians over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.discovery import create_app
+from egress_proxies.leases import LeaseStore
+from egress_proxies.model import HealthCheck
+from egress_proxies.stacks.inputs import ProxyCredentials
+
+FLEET_SIZES = (100, 1_000, 10_000)
+TOKEN = "bench-token-0123456789abcdef"
+LEASE_BODY = json.dumps(
+    {"selector": {"pool": "bench"}, "ttlSeconds": 300, "target": "example.com"}
+).encode()
+
+
+def fleet(size: int) -> tuple[ProxyRecord, ...]:
+    """Healthy exclusive proxies, all in the bench pool, with spread latencies."""
+    return tuple(
+        ProxyRecord(
+            key=proxy_key("bench", f"p{index:05d}"),
+            uid=f"uid-{index}",
+            namespace="bench",
+            name=f"p{index:05d}",
+            scheme="http",
+            host=f"10.{index // 65536}.{index // 256 % 256}.{index % 256}",
+            port=3128,
+            health_check=HealthCheck(),
+            attributes={"pool": "bench", "region": ("eu", "us")[index % 2]},
+            credentials=ProxyCredentials(f"user{index}", "password"),
+            healthy=True,
+            latency_millis=20 + index % 50,
+        )
+        for index in range(size)
+    )
+
+
+@dataclass(frozen=True)
+class FixedCatalog:
+    """One unchanging snapshot, so the discovery index is built once."""
+
+    snapshot: tuple[ProxyRecord, ...]
+
+    def records(self) -> Sequence[ProxyRecord]:
+        """The fleet."""
+        return self.snapshot
+
+
+def serve(conn: Connection) -> None:
+    """Child process: serve every app on its own port; report CPU and lease handler times."""
+    asyncio.run(_serve(conn))
+
+
+async def _serve(conn: Connection) -> None:
+    handler_seconds: list[float] = []
+
+    @web.middleware
+    async def time_leases(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        started = time.perf_counter()
+        response = await handler(request)
+        handler_seconds.append(time.perf_counter() - started)
+        return response
+
+    async def trivial(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    trivial_app = web.Application()
+    trivial_app.router.add_get("/", trivial)
+    apps = {"trivial": trivial_app}
+    for size in FLEET_SIZES:
+        app = create_app(FixedCatalog(fleet(size)), LeaseStore(), lambda: frozenset({TOKEN}))
+        app.middlewares.append(time_leases)
+        apps[str(size)] = app
+    ports: dict[str, int] = {}
+    runners = []
+    for name, app in apps.items():
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ports[name] = runner.addresses[0][1]
+        runners.append(runner)
+    conn.send(ports)
+    loop = asyncio.get_running_loop()
+    while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
+        if command == "cpu":
+            conn.send(time.process_time())
+        else:
+            conn.send(list(handler_seconds))
+            handler_seconds.clear()
+    for runner in runners:
+        await runner.cleanup()
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection; just enough client to load the server."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+
+    @classmethod
+    async def connect(cls, port: int) -> Client:
+        """Open a connection to 127.0.0.1:port."""
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """Send one request, return the status and body."""
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self._writer.write(head.encode() + body)
+        status = int((await self._reader.readline()).split()[1])
+        length = 0
+        while (line := await self._reader.readline()) != b"\r\n":
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        return status, await self._reader.readexactly(length)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._writer.close()
+
+
+Work = Callable[[Client], Awaitable[None]]
+
+
+async def run_clients(port: int, clients: int, steps: int, work: Work) -> float:
+    """Seconds for `clients` connections to each run `work` `steps` times."""
+    connections = [await Client.connect(port) for _ in range(clients)]
+
+    async def client(connection: Client) -> None:
+        for _ in range(steps):
+            await work(connection)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(connection) for connection in connections))
+    elapsed = time.perf_counter() - started
+    for connection in connections:
+        connection.close()
+    return elapsed
+
+
+def trivial_get(latencies: list[float]) -> Work:
+    """GET the trivial handler, recording each latency."""
+
+    async def get(client: Client) -> None:
+        started = time.perf_counter()
+        status, _ = await client.request("GET", "/")
+        latencies.append(time.perf_counter() - started)
+        assert status == 200
+
+    return get
+
+
+def lease_and_release(latencies: list[float]) -> Work:
+    """Lease (recording its latency), then release."""
+
+    async def pair(client: Client) -> None:
+        started = time.perf_counter()
+        status, body = await client.request("POST", "/v1/leases", LEASE_BODY)
+        latencies.append(time.perf_counter() - started)
+        assert status == 201, body
+        status, _ = await client.request("DELETE", f"/v1/leases/{json.loads(body)['leaseId']}")
+        assert status == 204
+
+    return pair
+
+
+def p99(samples: list[float]) -> float:
+    """The 99th percentile."""
+    return statistics.quantiles(samples, n=100)[98]
+
+
+@dataclass
+class Scenario:
+    """Throughput and server CPU seconds per unit (request or pair) over the rounds."""
+
+    rates: list[float]
+    cpu_per_unit: list[float]
+
+    @property
+    def rate(self) -> float:
+        """Median units/s."""
+        return statistics.median(self.rates)
+
+    @property
+    def cpu(self) -> float:
+        """Median server CPU seconds per unit."""
+        return statistics.median(self.cpu_per_unit)
+
+
+def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -> None:
+    """Warm up, run the rounds, print the results."""
+    trivial = Scenario([], [])
+    pairs = {size: Scenario([], []) for size in FLEET_SIZES}
+    trivial_latency: list[float] = []
+    lease_latency: list[float] = []
+
+    def server_cpu() -> float:
+        conn.send("cpu")
+        seconds: float = conn.recv()
+        return seconds
+
+    async def run(scenario: Scenario, port: int, steps: int, work: Work) -> None:
+        cpu = server_cpu()
+        seconds = await run_clients(port, args.clients, steps, work)
+        units = args.clients * steps
+        scenario.cpu_per_unit.append((server_cpu() - cpu) / units)
+        scenario.rates.append(units / seconds)
+
+    async def rounds() -> None:
+        await run_clients(ports["trivial"], args.clients, 5, trivial_get([]))
+        for size in FLEET_SIZES:
+            await run_clients(ports[str(size)], args.clients, 5, lease_and_release([]))
+        conn.send("handler-times")
+        conn.recv()
+        for _ in range(args.rounds):
+            await run(trivial, ports["trivial"], 2 * args.pairs, trivial_get(trivial_latency))
+            for size in FLEET_SIZES:
+                latencies = lease_latency if size == 1_000 else []
+                await run(pairs[size], ports[str(size)], args.pairs, lease_and_release(latencies))
+
+    asyncio.run(rounds())
+    conn.send("handler-times")
+    handler_times: list[float] = conn.recv()
+    thousand = pairs[1_000]
+    print(f"{args.clients} clients, {args.rounds} rounds, loopback, server in its own process")
+    print(f"{'':24}{'per second':>12}{'server CPU each':>18}")
+    print(f"{'trivial request':24}{trivial.rate:12.0f}{trivial.cpu * 1e6:15.0f} µs")
+    for size, scenario in pairs.items():
+        label = f"lease+release, {size:,}"
+        print(f"{label:24}{scenario.rate:12.0f}{scenario.cpu * 1e6:15.0f} µs")
+    print("ratios (1,000 proxies)            wall clock   server CPU")
+    print(
+        f"  pairs ÷ trivial requests (≥ 0.5)    {thousand.rate / trivial.rate:5.2f}"
+        f"       {trivial.cpu / thousand.cpu:5.2f}   (a pair is 2 requests: at most 0.5)"
+    )
+    print(
+        f"  per request ÷ trivial               {2 * thousand.rate / trivial.rate:5.2f}"
+        f"       {2 * trivial.cpu / thousand.cpu:5.2f}"
+    )
+    print(
+        f"  10,000 ÷ 100 proxies (≥ 0.7)        {pairs[10_000].rate / pairs[100].rate:5.2f}"
+        f"       {pairs[100].cpu / pairs[10_000].cpu:5.2f}"
+    )
+    print("p99 latency (1,000 proxies)")
+    print(f"  lease, as clients see it (≤ 10 ms)  {p99(lease_latency) * 1e3:6.2f} ms")
+    print(f"  trivial, as clients see it          {p99(trivial_latency) * 1e3:6.2f} ms")
+    print(f"  lease handler, inside the server    {p99(handler_times) * 1e3:6.2f} ms")
+
+
+def main() -> None:
+    """Parse arguments, start the server process, measure, stop it."""
+    parser = argparse.ArgumentParser(description="Discovery API lease benchmark.")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--pairs", type=int, default=40, help="pairs per client per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=serve, args=(theirs,))
+    server.start()
+    try:
+        measure(ours.recv(), ours, args)
+    finally:
+        ours.send("stop")
+        server.join(timeout=10)
+        if server.is_alive():
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()

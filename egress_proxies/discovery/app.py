@@ -1,0 +1,56 @@
+"""The aiohttp application: routes, middleware, body limit, and how to serve it."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from egress_proxies.catalog import ProxyCatalog
+from egress_proxies.discovery.auth import BearerAuth, TokenSource
+from egress_proxies.discovery.errors import json_errors
+from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder
+from egress_proxies.discovery.index import IndexedCatalog
+from egress_proxies.discovery.openapi import render_openapi
+from egress_proxies.leases import LeaseStore
+
+DEFAULT_PORT = 8090
+MAX_BODY_BYTES = 64 * 1024
+
+
+def create_app(
+    catalog: ProxyCatalog,
+    store: LeaseStore,
+    tokens: TokenSource,
+    *,
+    metrics: LeaseRequestRecorder | None = None,
+    allow_no_auth: bool = False,
+) -> web.Application:
+    """The discovery API over `catalog` and `store`.
+
+    `tokens` is called on every request, so a rotated Secret applies at once.
+    With no tokens every request except /healthz and /openapi.json is refused,
+    unless `allow_no_auth` is set, which disables authentication (logged loudly).
+    """
+    auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
+    auth.refresh()
+    handlers = Handlers(IndexedCatalog(catalog), store, metrics, render_openapi(store.max_ttl))
+    app = web.Application(
+        middlewares=[json_errors, auth.middleware()], client_max_size=MAX_BODY_BYTES
+    )
+    lease = "/v1/leases/{lease_id}"
+    app.router.add_get("/healthz", handlers.health)
+    app.router.add_get("/openapi.json", handlers.openapi)
+    app.router.add_get("/v1/proxies", handlers.list_proxies)
+    app.router.add_post("/v1/leases", handlers.acquire)
+    app.router.add_delete(lease, handlers.release)
+    app.router.add_post(lease + "/report", handlers.report)
+    return app
+
+
+async def start(
+    app: web.Application, host: str = "0.0.0.0", port: int = DEFAULT_PORT
+) -> web.AppRunner:
+    """Serve `app` on host:port; stop it with `await runner.cleanup()`."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,128 @@
+"""Bearer-token authentication: several valid tokens at once, re-read on every request.
+
+Tokens come from a Secret, one per key, so a rotation adds the new token, rolls
+the clients, then removes the old one, with no restart. Comparison is
+constant-time over fixed-length digests and visits every token.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import re
+from collections.abc import Callable, Mapping
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from egress_proxies.discovery.errors import ApiError
+
+logger = logging.getLogger(__name__)
+
+TokenSource = Callable[[], frozenset[str]]
+"""Returns the tokens valid right now; called once per request."""
+
+MIN_TOKEN_LENGTH = 16
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/openapi.json"})
+_TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}
+
+
+class InvalidTokenSecretError(ValueError):
+    """A token Secret entry that cannot be a bearer token (the message names the key only)."""
+
+
+def tokens_from_secret_data(data: Mapping[str, str] | None) -> frozenset[str]:
+    """The tokens in a Secret's `data`: one base64 value per key, surrounding whitespace ignored.
+
+    Empty values are skipped (a key being rotated out). A value that is not base64,
+    not UTF-8, holds spaces or control characters, or is shorter than 16 characters
+    raises InvalidTokenSecretError, so a broken Secret never half-applies.
+    """
+    tokens: set[str] = set()
+    for key, value in (data or {}).items():
+        try:
+            token = base64.b64decode(value, validate=True).decode("utf-8").strip()
+        except (binascii.Error, ValueError) as error:
+            raise InvalidTokenSecretError(f"key {key!r} is not base64-encoded UTF-8") from error
+        if not token:
+            continue
+        if not _TOKEN_CHARACTERS.fullmatch(token):
+            raise InvalidTokenSecretError(f"key {key!r} holds whitespace or control characters")
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise InvalidTokenSecretError(
+                f"key {key!r} is shorter than {MIN_TOKEN_LENGTH} characters"
+            )
+        tokens.add(token)
+    return frozenset(tokens)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class BearerAuth:
+    """The authentication middleware's state: token digests and whether auth is on."""
+
+    def __init__(self, tokens: TokenSource, *, allow_no_auth: bool) -> None:
+        self._tokens = tokens
+        self._allow_no_auth = allow_no_auth
+        self._seen: frozenset[str] | None = None
+        self._digests: tuple[bytes, ...] = ()
+
+    def check(self, header: str | None) -> None:
+        """Raise a 401 ApiError unless the Authorization header carries a valid token."""
+        digests = self.refresh()
+        if not digests and self._allow_no_auth:
+            return
+        if header is None:
+            raise ApiError(401, "unauthorized", "missing bearer token", _CHALLENGE)
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not presented.strip():
+            raise ApiError(
+                401, "unauthorized", "expected 'Authorization: Bearer <token>'", _CHALLENGE
+            )
+        presented_digest = _digest(presented.strip())
+        matched = False
+        for digest in digests:
+            matched |= hmac.compare_digest(presented_digest, digest)
+        if not matched:
+            raise ApiError(401, "unauthorized", "invalid bearer token", _CHALLENGE)
+
+    def refresh(self) -> tuple[bytes, ...]:
+        """Re-read the tokens (digests of the valid ones), logging when auth turns on or off."""
+        tokens = self._tokens()
+        if tokens is not self._seen and tokens != self._seen:
+            self._digests = tuple(_digest(token) for token in tokens)
+            self._log_transition(had_tokens=bool(self._seen), has_tokens=bool(tokens))
+            self._seen = tokens
+        return self._digests
+
+    def _log_transition(self, *, had_tokens: bool, has_tokens: bool) -> None:
+        if has_tokens:
+            if not had_tokens:
+                logger.info("discovery API authentication is on")
+        elif self._allow_no_auth:
+            logger.warning(
+                "discovery API authentication is DISABLED: no tokens are configured "
+                "and allow_no_auth is set; anyone who can reach the port can lease proxies"
+            )
+        else:
+            logger.error(
+                "discovery API has no valid tokens: every request except /healthz is "
+                "refused until the token Secret provides one"
+            )
+
+    def middleware(self) -> Middleware:
+        """The aiohttp middleware enforcing this authentication (/healthz, /openapi.json exempt)."""
+
+        @web.middleware
+        async def bearer_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if request.path not in UNAUTHENTICATED_PATHS:
+                self.check(request.headers.get("Authorization"))
+            return await handler(request)
+
+        return bearer_auth

@@ -1,0 +1,184 @@
+"""The route handlers: list, lease, release, report, health and the OpenAPI document."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Protocol
+from urllib.parse import quote
+
+from aiohttp import web
+
+from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.discovery.errors import ApiError, json_response
+from egress_proxies.discovery.index import IndexedCatalog
+from egress_proxies.discovery.parsing import (
+    lease_id_of,
+    parse_proxy_query,
+    read_body,
+    reject_query,
+)
+from egress_proxies.discovery.schemas import (
+    Credentials,
+    Health,
+    LeasedProxy,
+    LeaseGranted,
+    LeaseRequest,
+    NoMatchBody,
+    ProxyList,
+    ProxySummary,
+    ReportRequest,
+)
+from egress_proxies.leases import Lease, LeaseStore, NoMatch, is_offerable
+
+GRANTED, NO_MATCH, REJECTED = "granted", "no_match", "rejected"
+_HEALTH_BODY = Health().model_dump_json()
+
+
+class LeaseRequestRecorder(Protocol):
+    """Counts lease requests by outcome: granted, no_match or rejected."""
+
+    def lease_request(self, outcome: str) -> None:
+        """Count one lease request."""
+        ...
+
+
+class Handlers:
+    """The API's handlers over one catalog and one store."""
+
+    def __init__(
+        self,
+        catalog: IndexedCatalog,
+        store: LeaseStore,
+        metrics: LeaseRequestRecorder | None,
+        openapi_json: str,
+    ) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._metrics = metrics
+        self._openapi_json = openapi_json
+
+    async def health(self, _: web.Request) -> web.Response:
+        """GET /healthz: the process serves requests (unauthenticated)."""
+        return json_response(_HEALTH_BODY)
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        """GET /openapi.json: this server's OpenAPI 3.1 document (unauthenticated)."""
+        return json_response(self._openapi_json)
+
+    async def list_proxies(self, request: web.Request) -> web.Response:
+        """GET /v1/proxies: proxies matching `attr.<k>=<v>` filters, optionally by health."""
+        query = parse_proxy_query(request)
+        matching = self._catalog.current().select(query.selector).matching
+        if query.healthy is not None:
+            matching = tuple(r for r in matching if is_offerable(r) is query.healthy)
+        counts = self._store.active_counts()
+        body = ProxyList(proxies=[_summary(r, counts) for r in matching], count=len(matching))
+        return json_response(body.model_dump_json())
+
+    async def acquire(self, request: web.Request) -> web.Response:
+        """POST /v1/leases: lease the least-loaded healthy proxy matching the selector."""
+        try:
+            reject_query(request)
+            wanted = await read_body(request, LeaseRequest)
+            if wanted.ttl_seconds > self._store.max_ttl:
+                raise ApiError(
+                    400,
+                    "ttl_too_long",
+                    f"ttlSeconds must not exceed {self._store.max_ttl}; ask again when it ends",
+                )
+        except ApiError:
+            self._count(REJECTED)
+            raise
+        pool = self._catalog.current().select(wanted.selector).pool
+        outcome = self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
+        if isinstance(outcome, NoMatch):
+            self._count(NO_MATCH)
+            return json_response(_no_match_body(outcome), status=409)
+        self._count(GRANTED)
+        return json_response(_granted(outcome).model_dump_json(), status=201)
+
+    async def release(self, request: web.Request) -> web.Response:
+        """DELETE /v1/leases/{leaseId}: end the lease; unknown or ended ids are fine too."""
+        reject_query(request)
+        self._store.release(lease_id_of(request))
+        return web.Response(status=204)
+
+    async def report(self, request: web.Request) -> web.Response:
+        """POST /v1/leases/{leaseId}/report: ok, rate_limited or banned for a target."""
+        reject_query(request)
+        lease_id = lease_id_of(request)
+        report = await read_body(request, ReportRequest)
+        if not self._store.report(lease_id, report.result, report.target):
+            raise ApiError(404, "unknown_lease", "no such lease, or it ended too long ago")
+        return web.Response(status=204)
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.lease_request(outcome)
+
+
+def _proxy_url(record: ProxyRecord, with_credentials: bool = False) -> str:
+    # Formatted by hand: yarl refuses odd hosts, and one odd record must not fail a listing.
+    host = f"[{record.host}]" if ":" in record.host else record.host
+    credentials = record.credentials if with_credentials else None
+    userinfo = (
+        ""
+        if credentials is None
+        else f"{quote(credentials.username, safe='')}:{quote(credentials.password, safe='')}@"
+    )
+    return f"{record.scheme}://{userinfo}{host}:{record.port}"
+
+
+def _granted(lease: Lease) -> LeaseGranted:
+    record = lease.proxy
+    credentials = record.credentials
+    url = _proxy_url(record)
+    return LeaseGranted(
+        lease_id=lease.lease_id,
+        proxy=LeasedProxy(
+            namespace=record.namespace,
+            name=record.name,
+            scheme=record.scheme,
+            host=record.host,
+            port=record.port,
+            url=url,
+            credentials=None
+            if credentials is None
+            else Credentials(username=credentials.username, password=credentials.password),
+            url_with_credentials=_proxy_url(record, with_credentials=True),
+            attributes=dict(record.attributes),
+            latency_millis=record.latency_millis,
+        ),
+        target=lease.target,
+        ttl_seconds=lease.ttl_seconds,
+        expires_at=datetime.fromtimestamp(lease.expires_at, UTC),
+    )
+
+
+def _no_match_body(no_match: NoMatch) -> str:
+    return NoMatchBody(
+        detail="no proxy matching the selector is free for this target",
+        considered=no_match.considered,
+        at_capacity=no_match.at_capacity,
+        in_cooldown=no_match.in_cooldown,
+        unhealthy=no_match.unhealthy,
+    ).model_dump_json()
+
+
+def _summary(record: ProxyRecord, counts: Mapping[ProxyKey, int]) -> ProxySummary:
+    return ProxySummary(
+        namespace=record.namespace,
+        name=record.name,
+        scheme=record.scheme,
+        host=record.host,
+        port=record.port,
+        url=_proxy_url(record),
+        attributes=dict(record.attributes),
+        healthy=record.healthy,
+        deleting=record.deleting,
+        latency_millis=record.latency_millis,
+        max_leases=record.max_leases,
+        active_leases=counts.get(record.key, 0),
+        managed=record.managed,
+    )

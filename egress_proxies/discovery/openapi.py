@@ -1,0 +1,210 @@
+"""The OpenAPI 3.1 document of the API, generated from the pydantic models in `schemas`.
+
+The served document states this server's maximum TTL; `docs/openapi.json` is the
+one for the default maximum. Regenerate it with:
+
+    python -m egress_proxies.discovery > docs/openapi.json
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from egress_proxies.discovery.schemas import (
+    ErrorBody,
+    Health,
+    LeaseGranted,
+    LeaseRequest,
+    NoMatchBody,
+    ProxyList,
+    ReportRequest,
+)
+from egress_proxies.leases import DEFAULT_MAX_TTL, LEASE_ID_PATTERN
+
+JsonObject = dict[str, Any]
+
+_REF = "#/components/schemas/{model}"
+
+
+def _json(description: str, schema: JsonObject) -> JsonObject:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _ref(model: str) -> JsonObject:
+    return {"$ref": _REF.format(model=model)}
+
+
+def _error(description: str) -> JsonObject:
+    return _json(description, _ref("ErrorBody"))
+
+
+_BAD_REQUEST = _error("Malformed request: invalid JSON, parameter or field (see `error`).")
+_UNAUTHORIZED = _error("Missing or invalid bearer token.")
+_TOO_LARGE = _error("Body larger than 64 KiB.")
+_WRONG_TYPE = _error("Body not sent as application/json.")
+_OTHER = _error("Any other refusal, always with an {error, detail} body.")
+_NO_CONTENT = {"description": "Done."}
+
+_LEASE_ID_PARAMETER: JsonObject = {
+    "name": "leaseId",
+    "in": "path",
+    "required": True,
+    "description": "The leaseId returned when the lease was granted.",
+    "schema": {"type": "string", "pattern": LEASE_ID_PATTERN},
+}
+
+
+def _body(model: str) -> JsonObject:
+    return {"required": True, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _paths() -> JsonObject:
+    return {
+        "/healthz": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness; needs no token.",
+                "security": [],
+                "responses": {"200": _json("Serving.", _ref("Health")), "default": _OTHER},
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document; needs no token.",
+                "security": [],
+                "responses": {
+                    "200": _json("The OpenAPI document.", {"type": "object"}),
+                    "default": _OTHER,
+                },
+            }
+        },
+        "/v1/proxies": {
+            "get": {
+                "operationId": "listProxies",
+                "summary": "Proxies matching attribute filters, with their active lease counts.",
+                "parameters": [
+                    {
+                        "name": "attributes",
+                        "in": "query",
+                        "style": "form",
+                        "explode": True,
+                        "description": "One `attr.<key>=<value>` parameter per attribute "
+                        "a proxy must carry (each key at most once).",
+                        "schema": {
+                            "type": "object",
+                            "propertyNames": {"pattern": r"^attr\..{1,253}$"},
+                            "additionalProperties": {"type": "string", "maxLength": 253},
+                            "maxProperties": 64,
+                        },
+                    },
+                    {
+                        "name": "healthy",
+                        "in": "query",
+                        "description": "true: only proxies a lease could be granted on "
+                        "(healthy, not being deleted); false: only the others.",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                    },
+                ],
+                "responses": {
+                    "200": _json("Matching proxies, sorted by namespace/name.", _ref("ProxyList")),
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "default": _OTHER,
+                },
+            }
+        },
+        "/v1/leases": {
+            "post": {
+                "operationId": "acquireLease",
+                "summary": "Lease the least-loaded healthy proxy matching the selector.",
+                "description": "Among healthy matches that are below their maxLeases and not "
+                "cooling down for the target: fewest active leases, then latency, then "
+                "namespace/name.",
+                "requestBody": _body("LeaseRequest"),
+                "responses": {
+                    "201": _json("Leased.", _ref("LeaseGranted")),
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "409": _json("No matching proxy is free.", _ref("NoMatchBody")),
+                    "413": _TOO_LARGE,
+                    "415": _WRONG_TYPE,
+                    "default": _OTHER,
+                },
+            }
+        },
+        "/v1/leases/{leaseId}": {
+            "delete": {
+                "operationId": "releaseLease",
+                "summary": "End a lease. Idempotent: unknown and ended leases also answer 204.",
+                "parameters": [_LEASE_ID_PARAMETER],
+                "responses": {
+                    "204": _NO_CONTENT,
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "default": _OTHER,
+                },
+            }
+        },
+        "/v1/leases/{leaseId}/report": {
+            "post": {
+                "operationId": "reportLease",
+                "summary": "Report how the proxy fared against a target.",
+                "description": "rate_limited and banned put {proxy, target} on cooldown; "
+                "repeated bans back off exponentially. Accepted while the lease is active and "
+                "for one cooldown window after it ends.",
+                "parameters": [_LEASE_ID_PARAMETER],
+                "requestBody": _body("ReportRequest"),
+                "responses": {
+                    "204": _NO_CONTENT,
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "404": _error("Unknown lease, or it ended more than a cooldown window ago."),
+                    "413": _TOO_LARGE,
+                    "415": _WRONG_TYPE,
+                    "default": _OTHER,
+                },
+            }
+        },
+    }
+
+
+def openapi_document(max_ttl: int) -> JsonObject:
+    """The document for a server whose longest lease is `max_ttl` seconds."""
+    _, definitions = models_json_schema(
+        [
+            (LeaseRequest, "validation"),
+            (ReportRequest, "validation"),
+            (LeaseGranted, "serialization"),
+            (NoMatchBody, "serialization"),
+            (ProxyList, "serialization"),
+            (ErrorBody, "serialization"),
+            (Health, "serialization"),
+        ],
+        ref_template=_REF,
+    )
+    schemas = definitions["$defs"]
+    schemas["LeaseRequest"]["properties"]["ttlSeconds"]["maximum"] = max_ttl
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "egress-proxies discovery API",
+            "version": "v1",
+            "description": "Find, lease, release and report on egress proxies. "
+            "Every error is a JSON {error, detail} body.",
+        },
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def render_openapi(max_ttl: int = DEFAULT_MAX_TTL) -> str:
+    """The document as the server serves it and as docs/openapi.json holds it."""
+    return json.dumps(openapi_document(max_ttl), indent=2) + "\n"

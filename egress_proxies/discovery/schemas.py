@@ -1,0 +1,174 @@
+"""The API's request and response bodies; /openapi.json is generated from these models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from egress_proxies.leases import ReportResult
+
+MAX_SELECTOR_ATTRIBUTES = 64
+
+AttributeName = Annotated[str, Field(min_length=1, max_length=253)]
+AttributeValue = Annotated[str, Field(max_length=253)]
+Target = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        description="What the proxy is used against, usually the site's host name.",
+    ),
+]
+Selector = Annotated[
+    dict[AttributeName, AttributeValue],
+    Field(
+        max_length=MAX_SELECTOR_ATTRIBUTES,
+        description="Attribute equality: a proxy matches when it carries every pair.",
+    ),
+]
+
+
+def _json_number(value: object) -> object:
+    """JSON Schema counts 300.0 as an integer, but "300" and true are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return value
+
+
+class _Request(BaseModel):
+    """camelCase only, no coercion ("300" is not a number), unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        strict=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class _Response(BaseModel):
+    """Built from Python names, serialised in camelCase; clients must ignore fields they
+    do not know, so responses can grow."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        json_schema_serialization_defaults_required=True,
+        frozen=True,
+    )
+
+
+class LeaseRequest(_Request):
+    """POST /v1/leases."""
+
+    selector: Selector = {}
+    ttl_seconds: Annotated[
+        int,
+        Field(
+            ge=1, strict=False, description="Lease lifetime; above the server's maximum is a 400."
+        ),
+        BeforeValidator(_json_number),
+    ]
+    target: Target | None = None
+
+
+class ReportRequest(_Request):
+    """POST /v1/leases/{leaseId}/report."""
+
+    result: ReportResult
+    target: Target | None = Field(
+        default=None, description="Defaults to the lease's target, else the cooldown is global."
+    )
+
+
+class Credentials(_Response):
+    """Basic-auth credentials the proxy requires."""
+
+    username: str
+    password: str
+
+
+class LeasedProxy(_Response):
+    """Everything a client needs to send traffic through the leased proxy."""
+
+    namespace: str
+    name: str
+    scheme: str
+    host: str
+    port: int
+    url: str = Field(description="scheme://host:port, without credentials.")
+    credentials: Credentials | None = Field(
+        description="Present when the proxy requires authentication."
+    )
+    url_with_credentials: str = Field(
+        description="A ready-to-use proxy URL with the credentials embedded (equals url without)."
+    )
+    attributes: dict[str, str]
+    latency_millis: int | None
+
+
+class LeaseGranted(_Response):
+    """201 from POST /v1/leases."""
+
+    lease_id: str
+    proxy: LeasedProxy
+    target: str | None
+    ttl_seconds: int
+    expires_at: datetime
+
+
+class NoMatchBody(_Response):
+    """409 from POST /v1/leases. considered = atCapacity + inCooldown + unhealthy."""
+
+    error: Literal["no_match"] = "no_match"
+    detail: str
+    considered: int
+    at_capacity: int
+    in_cooldown: int
+    unhealthy: int = Field(
+        description="Matched but not offered: unhealthy, not yet probed, or being deleted."
+    )
+
+
+class ProxySummary(_Response):
+    """One proxy in GET /v1/proxies (credentials only ever travel with a lease)."""
+
+    namespace: str
+    name: str
+    scheme: str
+    host: str
+    port: int
+    url: str
+    attributes: dict[str, str]
+    healthy: bool | None = Field(description="The health verdict; null until first probed.")
+    deleting: bool
+    latency_millis: int | None
+    max_leases: int
+    active_leases: int
+    managed: bool
+
+
+class ProxyList(_Response):
+    """200 from GET /v1/proxies."""
+
+    proxies: list[ProxySummary]
+    count: int
+
+
+class ErrorBody(_Response):
+    """Every 4xx (except 409 no_match, which adds counts) and 5xx."""
+
+    error: str = Field(description="A stable machine-readable code, e.g. invalid_request.")
+    detail: str = Field(description="What was wrong, for a human.")
+
+
+class Health(_Response):
+    """200 from GET /healthz."""
+
+    status: Literal["ok"] = "ok"

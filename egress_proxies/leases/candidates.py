@@ -1,0 +1,53 @@
+"""The proxies a lease may be granted on, ranked the way the store prefers them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from egress_proxies.catalog import ProxyRecord
+
+
+def is_offerable(record: ProxyRecord) -> bool:
+    """Only proxies probed healthy and not being deleted are ever leased.
+
+    A proxy not yet probed (`healthy is None`) is not offered: nobody has seen it work.
+    """
+    return record.healthy is True and not record.deleting
+
+
+def _rank(record: ProxyRecord) -> tuple[float, str]:
+    latency = math.inf if record.latency_millis is None else record.latency_millis
+    return latency, record.key
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """The proxies matching one selector: the offerable ones ranked, and how many were not.
+
+    `ranked` is ordered by latency (unknown last), then key (`namespace/name`): the
+    store's tie-breakers after "fewest active leases". Build a pool once per catalog
+    snapshot and selector, not per request: ranking sorts, acquiring only walks.
+    """
+
+    ranked: tuple[ProxyRecord, ...]
+    not_offerable: int
+
+    @classmethod
+    def of(cls, records: Iterable[ProxyRecord]) -> CandidatePool:
+        """Partition matching records into ranked offerable ones and a count of the rest."""
+        offerable: list[ProxyRecord] = []
+        not_offerable = 0
+        for record in records:
+            if is_offerable(record):
+                offerable.append(record)
+            else:
+                not_offerable += 1
+        offerable.sort(key=_rank)
+        return cls(ranked=tuple(offerable), not_offerable=not_offerable)
+
+    @property
+    def considered(self) -> int:
+        """Every proxy that matched the selector, offerable or not."""
+        return len(self.ranked) + self.not_offerable

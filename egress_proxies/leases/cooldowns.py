@@ -1,0 +1,99 @@
+"""Per {proxy, target} cooldowns after bad reports, with exponential backoff for repeated bans."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+from egress_proxies.catalog import ProxyKey
+from egress_proxies.leases.lease import ReportResult
+
+# A cooldown's target; None is the global one that blocks the proxy for every target.
+Pair = tuple[ProxyKey, str | None]
+
+
+@dataclass
+class _PairState:
+    until: float
+    strikes: int
+    from_ban: bool
+    forget_at: float
+
+
+class Cooldowns:
+    """Which {proxy, target} pairs are cooling down, and how often each pair was banned.
+
+    `rate_limited` cools a pair for one window. `banned` cools it for
+    window x 2^(strikes-1), capped, where strikes counts the pair's bans; a ban
+    reported while the pair still cools from a ban adds no strike (several holders
+    of a shared proxy see the same ban), an `ok` report clears the strikes, and so
+    does one cap's quiet time after the last cooldown ends. Not locked on its own:
+    the LeaseStore's lock guards every call.
+    """
+
+    def __init__(self, window: float, backoff_cap: float) -> None:
+        self._window = window
+        self._backoff_cap = backoff_cap
+        self._max_strikes = 1 + math.ceil(math.log2(backoff_cap / window))
+        self._pairs: dict[Pair, _PairState] = {}
+        self._forget_queue: list[tuple[float, int, Pair]] = []
+        self._sequence = itertools.count()
+
+    def record(self, pair: Pair, result: ReportResult, now: float) -> None:
+        """Apply one report about a pair."""
+        state = self._pairs.get(pair)
+        if result is ReportResult.OK:
+            if state is not None:
+                state.strikes = 0
+                self._schedule_forget(pair, state, state.until)
+            return
+        strikes = state.strikes if state is not None else 0
+        if result is ReportResult.BANNED:
+            if state is not None and state.from_ban and state.until > now:
+                return
+            strikes = min(strikes + 1, self._max_strikes)
+            duration = min(self._window * 2 ** (strikes - 1), self._backoff_cap)
+        else:
+            duration = self._window
+        until = now + duration
+        if state is not None and state.until > until:
+            until = state.until
+        state = _PairState(
+            until=until, strikes=strikes, from_ban=result is ReportResult.BANNED, forget_at=0.0
+        )
+        self._pairs[pair] = state
+        self._schedule_forget(pair, state, until + self._backoff_cap if strikes else until)
+
+    def is_cooling(self, key: ProxyKey, target: str | None, now: float) -> bool:
+        """True while the proxy cools for this target or globally."""
+        state = self._pairs.get((key, target))
+        if state is not None and state.until > now:
+            return True
+        if target is None:
+            return False
+        state = self._pairs.get((key, None))
+        return state is not None and state.until > now
+
+    def active_count(self, now: float) -> int:
+        """Pairs cooling right now."""
+        return sum(1 for state in self._pairs.values() if state.until > now)
+
+    def forget_proxy(self, key: ProxyKey) -> None:
+        """Drop every pair of a proxy that no longer exists."""
+        for pair in [pair for pair in self._pairs if pair[0] == key]:
+            del self._pairs[pair]
+
+    def prune(self, now: float) -> None:
+        """Free pairs that neither cool nor remember strikes any more."""
+        queue = self._forget_queue
+        while queue and queue[0][0] <= now:
+            _, _, pair = heapq.heappop(queue)
+            state = self._pairs.get(pair)
+            if state is not None and state.forget_at <= now:
+                del self._pairs[pair]
+
+    def _schedule_forget(self, pair: Pair, state: _PairState, forget_at: float) -> None:
+        state.forget_at = forget_at
+        heapq.heappush(self._forget_queue, (forget_at, next(self._sequence), pair))

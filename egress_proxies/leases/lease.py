@@ -1,0 +1,60 @@
+"""What the store hands out: a lease on one proxy, or the reasons none was free."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NewType
+
+from egress_proxies.catalog import ProxyRecord
+
+LeaseId = NewType("LeaseId", str)
+
+# secrets.token_urlsafe(16): 16 random bytes, 22 URL-safe base64 characters.
+LEASE_ID_PATTERN = r"^[A-Za-z0-9_-]{22}$"
+_LEASE_ID = re.compile(LEASE_ID_PATTERN)
+
+
+def new_lease_id() -> LeaseId:
+    """An unguessable id: holding it is what entitles a client to release or report."""
+    return LeaseId(secrets.token_urlsafe(16))
+
+
+def parse_lease_id(text: str) -> LeaseId | None:
+    """The id if `text` has the shape the store issues, else None."""
+    return LeaseId(text) if _LEASE_ID.fullmatch(text) else None
+
+
+class ReportResult(StrEnum):
+    """What a client saw when it used a leased proxy against a target."""
+
+    OK = "ok"
+    RATE_LIMITED = "rate_limited"
+    BANNED = "banned"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One client's claim on one proxy until `expires_at` (clock seconds)."""
+
+    lease_id: LeaseId
+    proxy: ProxyRecord
+    target: str | None
+    ttl_seconds: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class NoMatch:
+    """Why no lease was granted. Additive: considered = at_capacity + in_cooldown + unhealthy.
+
+    Each considered proxy is counted once, under the first reason that applies, in
+    the order unhealthy (not offerable), at capacity, in cooldown.
+    """
+
+    considered: int
+    at_capacity: int
+    in_cooldown: int
+    unhealthy: int

@@ -1,0 +1,195 @@
+"""The in-memory lease store: who holds which proxy until when, behind one lock.
+
+Time comes from an injected clock (seconds; `time.time` by default) and every
+operation first ends what the clock says is over, so a TTL is honoured on every
+read without a background sweeper: expiry deadlines sit in a heap and each
+operation pops the due ones, amortised O(log n). Ended leases are remembered for
+one cooldown window so that a late report still lands.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+
+from egress_proxies.catalog import ProxyKey
+from egress_proxies.leases.candidates import CandidatePool
+from egress_proxies.leases.cooldowns import Cooldowns
+from egress_proxies.leases.lease import Lease, LeaseId, NoMatch, ReportResult, new_lease_id
+
+Clock = Callable[[], float]
+
+DEFAULT_COOLDOWN_WINDOW = 300.0
+DEFAULT_MAX_TTL = 3600
+DEFAULT_BAN_BACKOFF_CAP = 6 * 3600.0
+
+
+class InvalidTtlError(ValueError):
+    """A TTL outside 1..max_ttl seconds: refused, never clamped."""
+
+
+class LeaseStore:
+    """Leases and cooldowns for the whole fleet (one process; lost on restart).
+
+    Selection among a pool's offerable proxies: fewest active leases, then
+    latency, then key. A proxy at its `max_leases` or cooling for the target is
+    skipped. Acquiring walks the pool's ranked proxies and stops at the first
+    idle one, so its cost grows with the busy or cooling proxies ranked ahead of
+    the winner, not with the size of the fleet.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.time,
+        cooldown_window: float = DEFAULT_COOLDOWN_WINDOW,
+        max_ttl: int = DEFAULT_MAX_TTL,
+        ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP,
+    ) -> None:
+        if cooldown_window <= 0 or max_ttl < 1:
+            raise ValueError("cooldown_window and max_ttl must be positive")
+        if ban_backoff_cap < cooldown_window:
+            raise ValueError("ban_backoff_cap must be at least cooldown_window")
+        self._clock = clock
+        self._cooldown_window = cooldown_window
+        self._max_ttl = max_ttl
+        self._lock = threading.Lock()
+        self._cooldowns = Cooldowns(cooldown_window, ban_backoff_cap)
+        self._active: dict[LeaseId, Lease] = {}
+        self._counts: dict[ProxyKey, int] = {}
+        self._expiry_queue: list[tuple[float, LeaseId]] = []
+        self._ended: dict[LeaseId, Lease] = {}
+        self._ended_queue: list[tuple[float, LeaseId]] = []
+
+    @property
+    def max_ttl(self) -> int:
+        """The longest lease, in seconds, a client may ask for."""
+        return self._max_ttl
+
+    def acquire(self, pool: CandidatePool, target: str | None, ttl_seconds: int) -> Lease | NoMatch:
+        """Lease the best free proxy of the pool for `target`, or say why none is free."""
+        if not 1 <= ttl_seconds <= self._max_ttl:
+            raise InvalidTtlError(f"ttl must be between 1 and {self._max_ttl} seconds")
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            counts, cooldowns = self._counts, self._cooldowns
+            winner, winner_count = None, 0
+            at_capacity = in_cooldown = 0
+            for record in pool.ranked:
+                count = counts.get(record.key, 0)
+                if count >= record.max_leases:
+                    at_capacity += 1
+                elif cooldowns.is_cooling(record.key, target, now):
+                    in_cooldown += 1
+                elif winner is None or count < winner_count:
+                    winner, winner_count = record, count
+                    if count == 0:
+                        break
+            if winner is None:
+                return NoMatch(
+                    considered=pool.considered,
+                    at_capacity=at_capacity,
+                    in_cooldown=in_cooldown,
+                    unhealthy=pool.not_offerable,
+                )
+            lease = Lease(new_lease_id(), winner, target, ttl_seconds, now + ttl_seconds)
+            self._active[lease.lease_id] = lease
+            counts[winner.key] = winner_count + 1
+            heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
+            return lease
+
+    def release(self, lease_id: LeaseId) -> None:
+        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id)
+            if lease is not None:
+                self._end(lease, now)
+                self._compact_expiry_queue()
+
+    def report(self, lease_id: LeaseId, result: ReportResult, target: str | None) -> bool:
+        """Record what the holder saw; False when the lease is unknown.
+
+        A lease is known while active and for one cooldown window after it ends.
+        The cooldown's target is the report's, else the lease's, else global.
+        """
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id) or self._ended.get(lease_id)
+            if lease is None:
+                return False
+            resolved = target if target is not None else lease.target
+            self._cooldowns.record((lease.proxy.key, resolved), result, now)
+            return True
+
+    def forget_proxy(self, key: ProxyKey) -> None:
+        """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
+        with self._lock:
+            for lease in [lease for lease in self._active.values() if lease.proxy.key == key]:
+                del self._active[lease.lease_id]
+            self._counts.pop(key, None)
+            for lease_id in [i for i, lease in self._ended.items() if lease.proxy.key == key]:
+                del self._ended[lease_id]
+            self._cooldowns.forget_proxy(key)
+            self._compact_expiry_queue()
+
+    def active_counts(self) -> dict[ProxyKey, int]:
+        """Active leases per proxy, for proxies holding at least one."""
+        with self._lock:
+            self._end_due(self._clock())
+            return dict(self._counts)
+
+    def active_lease_count(self) -> int:
+        """Leases active right now."""
+        with self._lock:
+            self._end_due(self._clock())
+            return len(self._active)
+
+    def active_cooldown_count(self) -> int:
+        """{proxy, target} pairs cooling right now."""
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            return self._cooldowns.active_count(now)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            leases, cooldowns = len(self._active), self._cooldowns.active_count(now)
+        return f"<LeaseStore [leases: {leases} active | cooldowns: {cooldowns}]>"
+
+    def _end_due(self, now: float) -> None:
+        queue = self._expiry_queue
+        while queue and queue[0][0] <= now:
+            expires_at, lease_id = heapq.heappop(queue)
+            lease = self._active.get(lease_id)
+            if lease is not None:
+                self._end(lease, expires_at)
+        ended = self._ended_queue
+        while ended and ended[0][0] <= now:
+            _, lease_id = heapq.heappop(ended)
+            self._ended.pop(lease_id, None)
+        self._cooldowns.prune(now)
+
+    def _end(self, lease: Lease, ended_at: float) -> None:
+        del self._active[lease.lease_id]
+        key = lease.proxy.key
+        remaining = self._counts[key] - 1
+        if remaining:
+            self._counts[key] = remaining
+        else:
+            del self._counts[key]
+        self._ended[lease.lease_id] = lease
+        heapq.heappush(self._ended_queue, (ended_at + self._cooldown_window, lease.lease_id))
+
+    def _compact_expiry_queue(self) -> None:
+        # Released leases leave their deadline behind; rebuild once stale entries dominate.
+        if len(self._expiry_queue) > 2 * len(self._active) + 1024:
+            self._expiry_queue = [(lease.expires_at, i) for i, lease in self._active.items()]
+            heapq.heapify(self._expiry_queue)

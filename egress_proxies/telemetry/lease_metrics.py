@@ -1,0 +1,73 @@
+"""Lease metrics: requests by outcome (fed by the API); active leases and cooldowns (scraped).
+
+Nothing registers at import time: a LeaseMetrics registers on the registry it is
+given, so tests use fresh registries and the composition root owns the real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+LEASE_REQUESTS = "egress_proxies_lease_requests"
+LEASES_ACTIVE = "egress_proxies_leases_active"
+COOLDOWNS_ACTIVE = "egress_proxies_lease_cooldowns_active"
+
+
+class LeaseState(Protocol):
+    """What the scrape-time collector reads (the LeaseStore satisfies it)."""
+
+    def active_lease_count(self) -> int:
+        """Leases active right now."""
+        ...
+
+    def active_cooldown_count(self) -> int:
+        """{proxy, target} pairs cooling right now."""
+        ...
+
+
+class LeaseMetrics:
+    """Registers the lease metrics on `registry`; its `lease_request` feeds the outcome counter."""
+
+    def __init__(self, registry: CollectorRegistry, state: LeaseState) -> None:
+        self._requests = Counter(
+            LEASE_REQUESTS,
+            "Lease requests (POST /v1/leases) by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        registry.register(_LeaseStateCollector(state))
+
+    def lease_request(self, outcome: str) -> None:
+        """Count one lease request: granted, no_match or rejected."""
+        self._requests.labels(outcome=outcome).inc()
+
+
+class _LeaseStateCollector(Collector):
+    """Reads the store at every scrape, so the gauges can never drift from it."""
+
+    def __init__(self, state: LeaseState) -> None:
+        self._state = state
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(leases=None, cooldowns=None)
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(
+            leases=self._state.active_lease_count(),
+            cooldowns=self._state.active_cooldown_count(),
+        )
+
+    @staticmethod
+    def _families(leases: int | None, cooldowns: int | None) -> list[Metric]:
+        return [
+            GaugeMetricFamily(LEASES_ACTIVE, "Leases currently held.", value=leases),
+            GaugeMetricFamily(
+                COOLDOWNS_ACTIVE, "{proxy, target} pairs currently cooling down.", value=cooldowns
+            ),
+        ]

@@ -1,0 +1,183 @@
+"""Shared pieces for lease and discovery tests: records, a virtual clock, a served app."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import secrets
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.discovery import create_app
+from egress_proxies.leases import LeaseStore
+from egress_proxies.model import HealthCheck
+from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.telemetry.lease_metrics import LeaseMetrics
+
+START = 1_750_000_000.0
+
+
+class VirtualClock:
+    """A clock that moves only when a test says so."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward."""
+        self.now += seconds
+
+
+def record(name: str, namespace: str = "crawl", **overrides: Any) -> ProxyRecord:
+    """A healthy, managed, exclusive proxy on 127.0.0.1; override any field."""
+    base = ProxyRecord(
+        key=proxy_key(namespace, name),
+        uid=f"uid-{name}",
+        namespace=namespace,
+        name=name,
+        scheme="http",
+        host="127.0.0.1",
+        port=3128,
+        health_check=HealthCheck(),
+        attributes={},
+        credentials=ProxyCredentials(username=f"user-{name}", password="p@ss:w/rd"),
+        healthy=True,
+        latency_millis=10,
+    )
+    return replace(base, **overrides)
+
+
+@dataclass
+class ListCatalog:
+    """A catalog over a tuple snapshot, replaced whole when the fleet changes (copy-on-write)."""
+
+    snapshot: tuple[ProxyRecord, ...] = ()
+
+    def records(self) -> Sequence[ProxyRecord]:
+        """The current snapshot."""
+        return self.snapshot
+
+    def replace(self, *records: ProxyRecord) -> None:
+        """Swap in a new fleet."""
+        self.snapshot = tuple(records)
+
+
+@dataclass
+class Tokens:
+    """A token set the test can rotate between requests."""
+
+    current: frozenset[str] = field(default_factory=lambda: frozenset({new_token()}))
+
+    def __call__(self) -> frozenset[str]:
+        return self.current
+
+    @property
+    def one(self) -> str:
+        """Some valid token."""
+        return next(iter(self.current))
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        """An Authorization header for `token` (default: a valid one)."""
+        return {"Authorization": f"Bearer {token or self.one}"}
+
+
+def new_token() -> str:
+    """A token long enough to be accepted from a Secret."""
+    return secrets.token_urlsafe(24)
+
+
+@dataclass
+class Api:
+    """A served discovery app and everything behind it."""
+
+    client: TestClient[Any, Any]
+    catalog: ListCatalog
+    store: LeaseStore
+    clock: VirtualClock
+    tokens: Tokens
+    registry: CollectorRegistry
+
+    async def lease(self, status: int = 201, **body: Any) -> dict[str, Any]:
+        """POST /v1/leases with a valid token; assert the status, return the JSON body."""
+        body.setdefault("ttlSeconds", 60)
+        response = await self.client.post("/v1/leases", json=body, headers=self.tokens.headers())
+        assert response.status == status, await response.text()
+        payload: dict[str, Any] = await response.json()
+        return payload
+
+    async def report(self, lease_id: str, result: str, target: str | None = None) -> int:
+        """POST a report; return the status."""
+        body = {"result": result} | ({"target": target} if target else {})
+        response = await self.client.post(
+            f"/v1/leases/{lease_id}/report", json=body, headers=self.tokens.headers()
+        )
+        return response.status
+
+    async def release(self, lease_id: str) -> int:
+        """DELETE a lease; return the status."""
+        response = await self.client.delete(f"/v1/leases/{lease_id}", headers=self.tokens.headers())
+        return response.status
+
+
+@asynccontextmanager
+async def serve_api(
+    *records: ProxyRecord,
+    tokens: Tokens | None = None,
+    allow_no_auth: bool = False,
+    **store_settings: Any,
+) -> AsyncIterator[Api]:
+    """The discovery app on a loopback port over a list catalog and a virtual-clock store."""
+    clock = VirtualClock()
+    store = LeaseStore(clock=clock, **store_settings)
+    catalog = ListCatalog(tuple(records))
+    tokens = tokens if tokens is not None else Tokens()
+    registry = CollectorRegistry()
+    app = create_app(
+        catalog,
+        store,
+        tokens,
+        metrics=LeaseMetrics(registry, store),
+        allow_no_auth=allow_no_auth,
+    )
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        yield Api(client, catalog, store, clock, tokens, registry)
+
+
+@contextmanager
+def serve_api_in_thread(*records: ProxyRecord, tokens: Tokens) -> Iterator[str]:
+    """The app on its own event loop in a thread, for synchronous clients; yields the base URL."""
+    ready: queue.Queue[str] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    stop = loop.create_future()
+
+    async def run() -> None:
+        app = create_app(ListCatalog(tuple(records)), LeaseStore(), tokens)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ready.put(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        try:
+            await stop
+        finally:
+            await runner.cleanup()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
+    thread.start()
+    try:
+        yield ready.get(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(stop.set_result, None)
+        thread.join(timeout=10)
+        loop.close()

@@ -1,0 +1,46 @@
+"""Lease metrics: an explicit registry, outcomes counted, store state read at scrape time."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from egress_proxies.leases import CandidatePool, Lease, LeaseStore, ReportResult
+from egress_proxies.telemetry.lease_metrics import (
+    COOLDOWNS_ACTIVE,
+    LEASE_REQUESTS,
+    LEASES_ACTIVE,
+    LeaseMetrics,
+)
+from tests.integration.discovery_helpers import VirtualClock, record
+
+
+def test_gauges_follow_the_store_at_every_scrape() -> None:
+    clock = VirtualClock()
+    store = LeaseStore(clock=clock, cooldown_window=60)
+    registry = CollectorRegistry()
+    LeaseMetrics(registry, store)
+    assert registry.get_sample_value(LEASES_ACTIVE) == 0
+    lease = store.acquire(CandidatePool.of([record("a")]), None, 30)
+    assert isinstance(lease, Lease)
+    store.report(lease.lease_id, ReportResult.BANNED, "t.example")
+    assert registry.get_sample_value(LEASES_ACTIVE) == 1
+    assert registry.get_sample_value(COOLDOWNS_ACTIVE) == 1
+    clock.advance(60)
+    assert registry.get_sample_value(LEASES_ACTIVE) == 0
+    assert registry.get_sample_value(COOLDOWNS_ACTIVE) == 0
+
+
+def test_lease_requests_are_counted_by_outcome() -> None:
+    registry = CollectorRegistry()
+    metrics = LeaseMetrics(registry, LeaseStore())
+    for outcome in ("granted", "granted", "no_match"):
+        metrics.lease_request(outcome)
+    total = f"{LEASE_REQUESTS}_total"
+    assert registry.get_sample_value(total, {"outcome": "granted"}) == 2
+    assert registry.get_sample_value(total, {"outcome": "no_match"}) == 1
+
+
+def test_nothing_lands_on_the_global_registry() -> None:
+    LeaseMetrics(CollectorRegistry(), LeaseStore())
+    assert REGISTRY.get_sample_value(LEASES_ACTIVE) is None
+    assert REGISTRY.get_sample_value(f"{LEASE_REQUESTS}_total", {"outcome": "granted"}) is None

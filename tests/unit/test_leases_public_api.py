@@ -1,0 +1,41 @@
+"""The public surfaces of leases/ and discovery/ are exactly what we mean them to be."""
+
+from __future__ import annotations
+
+from egress_proxies import discovery, leases
+
+
+def test_leases_exports() -> None:
+    assert set(leases.__all__) == {
+        "DEFAULT_BAN_BACKOFF_CAP",
+        "DEFAULT_COOLDOWN_WINDOW",
+        "DEFAULT_MAX_TTL",
+        "LEASE_ID_PATTERN",
+        "CandidatePool",
+        "Clock",
+        "InvalidTtlError",
+        "Lease",
+        "LeaseId",
+        "LeaseStore",
+        "NoMatch",
+        "ReportResult",
+        "is_offerable",
+        "parse_lease_id",
+    }
+    assert all(hasattr(leases, name) for name in leases.__all__)
+
+
+def test_discovery_exports() -> None:
+    assert set(discovery.__all__) == {
+        "DEFAULT_PORT",
+        "MAX_BODY_BYTES",
+        "InvalidTokenSecretError",
+        "LeaseRequestRecorder",
+        "TokenSource",
+        "create_app",
+        "openapi_document",
+        "render_openapi",
+        "start",
+        "tokens_from_secret_data",
+    }
+    assert all(hasattr(discovery, name) for name in discovery.__all__)

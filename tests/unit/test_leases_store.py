@@ -1,0 +1,276 @@
+"""The lease store: selection, capacity, expiry, release, reports, cooldowns, backoff."""
+
+from __future__ import annotations
+
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from egress_proxies.catalog import ProxyRecord
+from egress_proxies.leases import (
+    CandidatePool,
+    InvalidTtlError,
+    Lease,
+    LeaseId,
+    LeaseStore,
+    NoMatch,
+    ReportResult,
+)
+from tests.integration.discovery_helpers import VirtualClock, record
+
+WINDOW = 60.0
+CAP = 600.0
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def store(clock: VirtualClock) -> LeaseStore:
+    return LeaseStore(clock=clock, cooldown_window=WINDOW, max_ttl=3600, ban_backoff_cap=CAP)
+
+
+def pool(*records: ProxyRecord) -> CandidatePool:
+    return CandidatePool.of(records)
+
+
+def granted(outcome: Lease | NoMatch) -> Lease:
+    assert isinstance(outcome, Lease), outcome
+    return outcome
+
+
+def refused(outcome: Lease | NoMatch) -> NoMatch:
+    assert isinstance(outcome, NoMatch), outcome
+    return outcome
+
+
+def test_fewest_leases_first_then_latency_then_key(store: LeaseStore) -> None:
+    fast = record("fast", latency_millis=5, max_leases=3)
+    slow = record("slow", latency_millis=50, max_leases=3)
+    unknown = record("unknown", latency_millis=None, max_leases=3)
+    tie = record("a-tie", latency_millis=50, max_leases=3)
+    candidates = pool(unknown, slow, tie, fast)
+    order = [granted(store.acquire(candidates, None, 60)).proxy.name for _ in range(5)]
+    assert order == ["fast", "a-tie", "slow", "unknown", "fast"]
+
+
+def test_unhealthy_unprobed_and_deleting_proxies_are_never_offered(store: LeaseStore) -> None:
+    candidates = pool(
+        record("down", healthy=False),
+        record("unprobed", healthy=None),
+        record("leaving", deleting=True),
+    )
+    assert refused(store.acquire(candidates, None, 60)) == NoMatch(
+        considered=3, at_capacity=0, in_cooldown=0, unhealthy=3
+    )
+
+
+def test_a_proxy_never_exceeds_its_capacity(store: LeaseStore) -> None:
+    candidates = pool(record("shared", max_leases=2), record("solo"))
+    names = sorted(granted(store.acquire(candidates, None, 60)).proxy.name for _ in range(3))
+    assert names == ["shared", "shared", "solo"]
+    assert refused(store.acquire(candidates, None, 60)).at_capacity == 2
+    assert store.active_counts() == {"crawl/shared": 2, "crawl/solo": 1}
+
+
+def test_ttl_ends_the_lease_exactly_when_due(store: LeaseStore, clock: VirtualClock) -> None:
+    candidates = pool(record("only"))
+    lease = granted(store.acquire(candidates, None, 30))
+    assert lease.expires_at == clock.now + 30
+    clock.advance(29.999)
+    assert refused(store.acquire(candidates, None, 30)).at_capacity == 1
+    clock.advance(0.001)
+    assert store.active_counts() == {}
+    assert granted(store.acquire(candidates, None, 30)).lease_id != lease.lease_id
+
+
+def test_release_is_idempotent(store: LeaseStore) -> None:
+    candidates = pool(record("only"))
+    lease = granted(store.acquire(candidates, None, 60))
+    store.release(lease.lease_id)
+    store.release(lease.lease_id)
+    store.release(LeaseId("never-issued-0000000000"))
+    assert store.active_lease_count() == 0
+    granted(store.acquire(candidates, None, 60))
+
+
+def test_no_match_counts_add_up(store: LeaseStore) -> None:
+    busy, cooling = record("busy"), record("cooling")
+    granted(store.acquire(pool(busy), None, 60))
+    lease = granted(store.acquire(pool(cooling), None, 60))
+    store.release(lease.lease_id)
+    store.report(lease.lease_id, ReportResult.BANNED, "example.com")
+    candidates = pool(busy, cooling, record("down", healthy=False), record("new", healthy=None))
+    no_match = refused(store.acquire(candidates, "example.com", 60))
+    assert no_match == NoMatch(considered=4, at_capacity=1, in_cooldown=1, unhealthy=2)
+    assert no_match.considered == no_match.at_capacity + no_match.in_cooldown + no_match.unhealthy
+
+
+def test_cooldown_is_per_target(store: LeaseStore, clock: VirtualClock) -> None:
+    candidates = pool(record("only", max_leases=10))
+    lease = granted(store.acquire(candidates, "a.example", 60))
+    assert store.report(lease.lease_id, ReportResult.RATE_LIMITED, None)
+    assert refused(store.acquire(candidates, "a.example", 60)).in_cooldown == 1
+    granted(store.acquire(candidates, "b.example", 60))
+    granted(store.acquire(candidates, None, 60))
+    clock.advance(WINDOW)
+    granted(store.acquire(candidates, "a.example", 60))
+
+
+def test_report_target_overrides_the_lease_target(store: LeaseStore) -> None:
+    candidates = pool(record("only", max_leases=10))
+    lease = granted(store.acquire(candidates, "a.example", 60))
+    store.report(lease.lease_id, ReportResult.BANNED, "b.example")
+    granted(store.acquire(candidates, "a.example", 60))
+    refused(store.acquire(candidates, "b.example", 60))
+
+
+def test_without_any_target_the_cooldown_is_global(store: LeaseStore) -> None:
+    candidates = pool(record("only", max_leases=10))
+    lease = granted(store.acquire(candidates, None, 60))
+    store.report(lease.lease_id, ReportResult.RATE_LIMITED, None)
+    for target in (None, "a.example", "b.example"):
+        assert refused(store.acquire(candidates, target, 60)).in_cooldown == 1
+    assert store.active_cooldown_count() == 1
+
+
+def cooldown_after_ban(store: LeaseStore, clock: VirtualClock, candidates: CandidatePool) -> float:
+    """Ban the proxy for t.example now; return how long it stays unavailable (1 s steps)."""
+    lease = granted(store.acquire(candidates, "t.example", 60))
+    store.release(lease.lease_id)
+    store.report(lease.lease_id, ReportResult.BANNED, None)
+    waited = 0.0
+    while isinstance(store.acquire(candidates, "t.example", 1), NoMatch):
+        clock.advance(1)
+        waited += 1
+    clock.advance(1)
+    return waited
+
+
+def test_repeated_bans_back_off_exponentially_to_the_cap(
+    store: LeaseStore, clock: VirtualClock
+) -> None:
+    candidates = pool(record("only"))
+    cooldowns = [cooldown_after_ban(store, clock, candidates) for _ in range(6)]
+    assert cooldowns == [60, 120, 240, 480, 600, 600]
+
+
+def test_a_ban_reported_twice_counts_once(store: LeaseStore, clock: VirtualClock) -> None:
+    candidates = pool(record("shared", max_leases=2))
+    first = granted(store.acquire(candidates, "t.example", 60))
+    second = granted(store.acquire(candidates, "t.example", 60))
+    store.report(first.lease_id, ReportResult.BANNED, None)
+    store.report(second.lease_id, ReportResult.BANNED, None)
+    store.release(first.lease_id)
+    store.release(second.lease_id)
+    clock.advance(WINDOW)
+    granted(store.acquire(candidates, "t.example", 60))
+
+
+def test_ok_clears_the_ban_history(store: LeaseStore, clock: VirtualClock) -> None:
+    candidates = pool(record("only"))
+    assert cooldown_after_ban(store, clock, candidates) == 60
+    assert cooldown_after_ban(store, clock, candidates) == 120
+    lease = granted(store.acquire(candidates, "t.example", 60))
+    store.report(lease.lease_id, ReportResult.OK, None)
+    store.release(lease.lease_id)
+    assert cooldown_after_ban(store, clock, candidates) == 60
+
+
+def test_ban_history_fades_after_a_quiet_cap(store: LeaseStore, clock: VirtualClock) -> None:
+    candidates = pool(record("only"))
+    assert cooldown_after_ban(store, clock, candidates) == 60
+    clock.advance(CAP)
+    assert cooldown_after_ban(store, clock, candidates) == 60
+
+
+def test_a_late_report_lands_within_one_window_after_the_ttl(
+    store: LeaseStore, clock: VirtualClock
+) -> None:
+    candidates = pool(record("only"))
+    lease = granted(store.acquire(candidates, "t.example", 30))
+    clock.advance(30 + WINDOW - 1)
+    assert store.report(lease.lease_id, ReportResult.RATE_LIMITED, None)
+    assert refused(store.acquire(candidates, "t.example", 30)).in_cooldown == 1
+    clock.advance(1)
+    assert not store.report(lease.lease_id, ReportResult.RATE_LIMITED, None)
+
+
+def test_a_report_after_release_lands_within_one_window(
+    store: LeaseStore, clock: VirtualClock
+) -> None:
+    lease = granted(store.acquire(pool(record("only")), None, 3600))
+    store.release(lease.lease_id)
+    clock.advance(WINDOW - 1)
+    assert store.report(lease.lease_id, ReportResult.OK, None)
+    clock.advance(1)
+    assert not store.report(lease.lease_id, ReportResult.OK, None)
+
+
+def test_forgetting_a_proxy_ends_its_leases_and_cooldowns(store: LeaseStore) -> None:
+    gone, kept = record("gone", max_leases=2), record("kept")
+    lease = granted(store.acquire(pool(gone), "t.example", 60))
+    store.report(lease.lease_id, ReportResult.BANNED, None)
+    ended = granted(store.acquire(pool(gone), None, 60))
+    store.release(ended.lease_id)
+    granted(store.acquire(pool(kept), None, 60))
+    store.forget_proxy(gone.key)
+    assert store.active_counts() == {"crawl/kept": 1}
+    assert store.active_cooldown_count() == 0
+    assert not store.report(lease.lease_id, ReportResult.OK, None)
+    assert not store.report(ended.lease_id, ReportResult.OK, None)
+    store.release(lease.lease_id)
+
+
+def test_repr_describes_the_state(store: LeaseStore, clock: VirtualClock) -> None:
+    assert repr(store) == "<LeaseStore [leases: 0 active | cooldowns: 0]>"
+    candidates = pool(record("a"), record("b"))
+    lease = granted(store.acquire(candidates, None, 10))
+    granted(store.acquire(candidates, None, 100))
+    store.report(lease.lease_id, ReportResult.RATE_LIMITED, "t.example")
+    assert repr(store) == "<LeaseStore [leases: 2 active | cooldowns: 1]>"
+    clock.advance(WINDOW)
+    assert repr(store) == "<LeaseStore [leases: 1 active | cooldowns: 0]>"
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 3601])
+def test_ttls_outside_the_limits_are_refused(store: LeaseStore, ttl: int) -> None:
+    with pytest.raises(InvalidTtlError):
+        store.acquire(pool(record("only")), None, ttl)
+    assert store.active_lease_count() == 0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"cooldown_window": 0},
+        {"max_ttl": 0},
+        {"cooldown_window": 60, "ban_backoff_cap": 30},
+    ],
+)
+def test_nonsensical_settings_are_refused(settings: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        LeaseStore(**settings)  # type: ignore[arg-type]
+
+
+def test_the_pool_ranks_offerable_proxies_and_counts_the_rest() -> None:
+    candidates = pool(
+        record("b", latency_millis=7),
+        record("down", healthy=False),
+        record("a", latency_millis=7),
+        record("c", latency_millis=None),
+        record("d", latency_millis=1),
+    )
+    assert [r.name for r in candidates.ranked] == ["d", "a", "b", "c"]
+    assert (candidates.not_offerable, candidates.considered) == (1, 5)
+
+
+def test_threads_acquiring_at_once_never_overbook(store: LeaseStore) -> None:
+    candidates = pool(*(record(f"p{index}", max_leases=index % 3 + 1) for index in range(10)))
+    with ThreadPoolExecutor(max_workers=8) as threads:
+        outcomes = list(threads.map(lambda _: store.acquire(candidates, None, 60), range(200)))
+    granted_per_proxy = Counter(o.proxy.name for o in outcomes if isinstance(o, Lease))
+    assert granted_per_proxy == {f"p{index}": index % 3 + 1 for index in range(10)}
