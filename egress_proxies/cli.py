@@ -104,6 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gc_interval=datetime.timedelta(seconds=args.gc_interval),
                 gc_min_age=datetime.timedelta(seconds=args.gc_min_age),
                 gc_allow_namespaced=args.gc_allow_namespaced,
+                discovery_host=args.discovery_host,
+                discovery_port=args.discovery_port,
+                discovery_tokens_dir=args.discovery_tokens_dir,
+                discovery_allow_no_auth=args.discovery_allow_no_auth,
             )
         )
     if args.command == "crd":

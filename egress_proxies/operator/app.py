@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.devcluster import toolchain
+from egress_proxies.discovery import DEFAULT_PORT, create_app, start
+from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.gc.sweeper import (
     DEFAULT_INTERVAL,
     DEFAULT_MIN_AGE,
@@ -24,6 +26,7 @@ from egress_proxies.gc.sweeper import (
 )
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock
 from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.leases import LeaseStore
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import (
@@ -39,6 +42,7 @@ from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
+from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
 
 logger = logging.getLogger(__name__)
@@ -63,6 +67,10 @@ class OperatorSettings:
     gc_interval: datetime.timedelta = DEFAULT_INTERVAL
     gc_min_age: datetime.timedelta = DEFAULT_MIN_AGE
     gc_allow_namespaced: bool = False
+    discovery_host: str = "0.0.0.0"
+    discovery_port: int = DEFAULT_PORT
+    discovery_tokens_dir: Path | None = None
+    discovery_allow_no_auth: bool = False
 
 
 def passphrase_from_env() -> str | None:
@@ -103,6 +111,7 @@ class Operator:
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
         self.health_pump = HealthStatusPump(self.fleet, self.writer)
+        self.leases = LeaseStore()
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
             RunnerSettings(
@@ -142,7 +151,7 @@ class Operator:
         return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r}>"
 
     def _proxy_gone(self, key: ProxyKey) -> None:
-        logger.info("proxy %s is gone", key)
+        self.leases.forget_proxy(key)
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
@@ -161,6 +170,18 @@ class Operator:
             if not stop_flag.done():
                 stop_flag.set_result(None)
 
+        tokens_dir = self.settings.discovery_tokens_dir
+        app = create_app(
+            self.fleet,
+            self.leases,
+            TokenDirectory(tokens_dir) if tokens_dir else frozenset,
+            metrics=LeaseMetrics(self.metrics_registry, self.leases),
+            allow_no_auth=self.settings.discovery_allow_no_auth,
+        )
+        discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
+        logger.info(
+            "discovery API on %s:%d", self.settings.discovery_host, self.settings.discovery_port
+        )
         async with HttpProber() as prober:
             engine = HealthEngine(
                 self.fleet,
@@ -182,6 +203,7 @@ class Operator:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
+                await discovery.cleanup()
 
     async def _run_kopf(self, stop_flag: asyncio.Future[None]) -> None:
         try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.devcluster import toolchain
+from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION
@@ -29,6 +30,8 @@ class OperatorProcess:
     log: Path
     pulumi_calls: Path
     env: dict[str, str]
+    discovery_url: str
+    discovery_token: str
     child: Child | None = None
     starts: int = field(default=0)
 
@@ -89,6 +92,11 @@ def operator(
     """
     state = tmp_path / "operator-state"
     calls = tmp_path / "pulumi-calls.log"
+    tokens = tmp_path / "discovery-tokens"
+    tokens.mkdir()
+    token = secrets.token_urlsafe(24)
+    (tokens / "crawler").write_text(token)
+    port = free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(dev_cluster.kubeconfig),
@@ -97,11 +105,22 @@ def operator(
         "EGRESS_PROXIES_PULUMI_ROOT": str(counting_pulumi_root(tmp_path / "pulumi-root", calls)),
         "EGRESS_PROXIES_LOG_LEVEL": "INFO",
         "EGRESS_PROXIES_GC_ALLOW_NAMESPACED": "true",
+        "EGRESS_PROXIES_DISCOVERY_HOST": "127.0.0.1",
+        "EGRESS_PROXIES_DISCOVERY_PORT": str(port),
+        "EGRESS_PROXIES_DISCOVERY_TOKENS_DIR": str(tokens),
     }
     marker = request.node.get_closest_marker("operator_env")
     if marker is not None:
         env.update(marker.kwargs)
-    process = OperatorProcess(namespace, state, tmp_path / "operator.log", calls, env)
+    process = OperatorProcess(
+        namespace,
+        state,
+        tmp_path / "operator.log",
+        calls,
+        env,
+        discovery_url=f"http://127.0.0.1:{port}",
+        discovery_token=token,
+    )
     process.start()
     yield process
     process.stop()
