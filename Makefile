@@ -14,7 +14,9 @@ demo: venv tools
 	@bash scripts/demo.sh $(DEMO_STATE)
 
 demo-down: venv
-	@if [ -f $(DEMO_STATE)/operator.pid ]; then kill $$(cat $(DEMO_STATE)/operator.pid) 2>/dev/null || true; rm -f $(DEMO_STATE)/operator.pid; fi
+	@for pid in operator origin; do \
+		if [ -f $(DEMO_STATE)/$$pid.pid ]; then kill $$(cat $(DEMO_STATE)/$$pid.pid) 2>/dev/null || true; rm -f $(DEMO_STATE)/$$pid.pid; fi; \
+	done
 	@$(PY) -m egress_proxies.cli dev-cluster down --state-dir $(DEMO_STATE)
 
 test: venv tools lint typecheck

@@ -26,30 +26,58 @@ kubectl apply -f deploy/dev/squid-demo.yaml
 kubectl wait -n demo --for=condition=Ready pod/squid-demo --timeout=60s
 external_host=$(kubectl get pod -n demo squid-demo -o jsonpath='{.status.podIP}')
 
-step "Starting the operator (log: $state/operator.log)"
+step "Serving a local page for the health checks and the crawler (127.0.0.1:18080)"
+mkdir -p "$state/origin"
+echo "hello through an egress proxy" >"$state/origin/index.html"
+if ! curl -s -o /dev/null http://127.0.0.1:18080/; then
+  nohup "$py" -m http.server 18080 --bind 127.0.0.1 --directory "$state/origin" \
+    >"$state/origin.log" 2>&1 &
+  echo $! >"$state/origin.pid"
+fi
+
+step "Starting the operator (log: $state/operator.log, discovery API on 127.0.0.1:8090)"
 passphrase_file="$state/passphrase"
 [ -s "$passphrase_file" ] || head -c 32 /dev/urandom | base64 >"$passphrase_file"
 chmod 600 "$passphrase_file"
+mkdir -p "$state/discovery-tokens"
+[ -s "$state/discovery-tokens/demo" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' \
+  >"$state/discovery-tokens/demo"
+token=$(cat "$state/discovery-tokens/demo")
 if [ -f "$state/operator.pid" ] && kill -0 "$(cat "$state/operator.pid")" 2>/dev/null; then
   echo "already running (pid $(cat "$state/operator.pid"))"
 else
   EGRESS_PROXIES_PASSPHRASE_FILE="$passphrase_file" EGRESS_PROXIES_STATE_DIR="$state/operator" \
+    EGRESS_PROXIES_DISCOVERY_HOST=127.0.0.1 \
+    EGRESS_PROXIES_DISCOVERY_TOKENS_DIR="$state/discovery-tokens" \
     nohup "$py" -m egress_proxies.cli run >"$state/operator.log" 2>&1 &
   echo $! >"$state/operator.pid"
 fi
 
-step "Applying the sample Proxies (examples/)"
-kubectl apply -n demo -f examples/managed-proxy.yaml
-sed "s/EXTERNAL_HOST/$external_host/" examples/external-proxy.yaml | kubectl apply -n demo -f -
+step "Applying the sample Proxies (examples/), health-checked against the local page"
+local_check='s#https://www.gstatic.com/generate_204#http://127.0.0.1:18080/#; s/expectedStatus: 204/expectedStatus: 200/'
+sed "$local_check" examples/managed-proxy.yaml | kubectl apply -n demo -f -
+sed "$local_check; s/EXTERNAL_HOST/$external_host/" examples/external-proxy.yaml |
+  kubectl apply -n demo -f -
 
-step "Waiting for both Proxies to be provisioned (the first pulumi up takes ~30s)"
+step "Waiting for both Proxies to be Ready (the first pulumi up takes ~30s)"
 for proxy in squid-eu-1 partner-1; do
-  if ! kubectl wait -n demo --for=condition=Provisioned "proxy/$proxy" --timeout=300s; then
+  if ! kubectl wait -n demo --for=condition=Healthy "proxy/$proxy" --timeout=300s; then
     tail -n 30 "$state/operator.log" >&2
-    fail "proxy $proxy was not provisioned; the operator log is above"
+    fail "proxy $proxy did not become Ready; the operator log is above"
   fi
 done
 kubectl get proxies -n demo -o wide
+
+step "A crawler leases the managed proxy in region eu and fetches the page through it"
+lease=$(curl -sS -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+  -d '{"selector": {"region": "eu"}, "ttlSeconds": 60, "target": "127.0.0.1"}' \
+  http://127.0.0.1:8090/v1/leases)
+echo "$lease" | "$py" -m json.tool | sed 's/"password": ".*"/"password": "<redacted>"/; s#//crawler:[^@]*@#//crawler:<redacted>@#'
+proxy_url=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["proxy"]["urlWithCredentials"])')
+lease_id=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["leaseId"])')
+curl -sS --proxy "$proxy_url" http://127.0.0.1:18080/index.html
+curl -sS -o /dev/null -w 'release: HTTP %{http_code}\n' -X DELETE \
+  -H "Authorization: Bearer $token" "http://127.0.0.1:8090/v1/leases/$lease_id"
 
 step "The stacks, as the plain pulumi CLI sees them"
 PULUMI_BACKEND_URL="file://$state/operator/backend" PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file" \
@@ -62,6 +90,7 @@ Everything keeps running. Try:
   export KUBECONFIG=$state/kubeconfig
   kubectl get proxies -A
   kubectl describe proxy -n demo squid-eu-1
+  curl -H "Authorization: Bearer $token" http://127.0.0.1:8090/v1/proxies
   PULUMI_BACKEND_URL=file://$state/operator/backend PULUMI_CONFIG_PASSPHRASE_FILE=$passphrase_file \\
     pulumi stack history -s demo.squid-eu-1
 Stop everything with: make demo-down
