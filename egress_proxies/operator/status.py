@@ -71,8 +71,14 @@ class StatusWriter:
         self._locks.pop(key, None)
 
     async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> None:
-        # Nulls in a merge patch delete fields, so the patch is the whole status.
-        body = {"status": status.model_dump(mode="json", by_alias=True)}
+        # Nulls in a merge patch delete fields, so the patch is the whole status
+        # (conditions are replaced as a list: their unset fields are simply left out).
+        document = status.model_dump(mode="json", by_alias=True)
+        document["conditions"] = [
+            condition.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for condition in status.conditions
+        ]
+        body = {"status": document}
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
             await self._client.patch(path, body)
