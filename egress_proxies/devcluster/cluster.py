@@ -27,6 +27,7 @@ import yaml
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
 from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
+from egress_proxies.devcluster.toolchain import MissingToolError
 from egress_proxies.kube.client import ApiError, KubeClient
 
 Progress = Callable[[str], None]
@@ -180,7 +181,7 @@ async def _wait_established(client: KubeClient, name: str) -> None:
             )
         except ApiError:
             crd = {}
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
         await asyncio.sleep(0.2)
@@ -199,7 +200,7 @@ def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR) -> int:
 
     try:
         asyncio.run(main())
-    except StartupError as error:
+    except (StartupError, MissingToolError, ApiError) as error:
         print_progress(f"error: {error}")
         return 1
     return 0
@@ -213,6 +214,7 @@ def run_detached(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: floa
     if supervisor_pid(layout) is not None and layout.ready.exists():
         print_progress(f"already running: export KUBECONFIG={layout.kubeconfig}")
         return 0
+    layout.ready.unlink(missing_ok=True)  # left by a supervisor that was killed
     log = layout.logs / "supervisor.log"
     with log.open("ab") as handle:
         process = subprocess.Popen(

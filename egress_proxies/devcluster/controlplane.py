@@ -179,6 +179,8 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # A loopback address cannot back the `kubernetes` Service's endpoints.
+                "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -228,8 +230,8 @@ class ControlPlane:
 
 async def _readyz(client: KubeClient) -> bool:
     try:
-        await client.request("GET", "/readyz")
-    except (ApiError, OSError, ValueError):
+        await client.get_text("/readyz")
+    except (ApiError, OSError):
         return False
     return True
 

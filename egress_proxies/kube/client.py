@@ -194,6 +194,14 @@ class KubeClient:
                 raise _api_error(response.status, text)
             return json.loads(text) if text else {}
 
+    async def get_text(self, path: str) -> str:
+        """GET a plain-text endpoint such as /readyz."""
+        async with self._http().get(path, headers=self._auth()) as response:
+            text = await response.text()
+            if response.status >= 400:
+                raise _api_error(response.status, text)
+            return text
+
     def _auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._credentials.current_token()}"}
 
