@@ -62,6 +62,47 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--liveness-port", type=int, default=None, help="serve kopf's liveness probe on this port"
     )
+    run.add_argument(
+        "--discovery-port",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_DISCOVERY_PORT", "8090")),
+        help="the discovery + lease API's port (default 8090)",
+    )
+    run.add_argument(
+        "--discovery-host",
+        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_HOST", "0.0.0.0"),
+        help="the address the discovery API binds (default 0.0.0.0)",
+    )
+    run.add_argument(
+        "--discovery-tokens-dir",
+        type=Path,
+        default=_env_path("EGRESS_PROXIES_DISCOVERY_TOKENS_DIR"),
+        help="a mounted Secret: one bearer token per file, re-read on change",
+    )
+    run.add_argument(
+        "--discovery-allow-no-auth",
+        action="store_true",
+        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH") == "true",
+        help="serve the discovery API without authentication (logged loudly)",
+    )
+    run.add_argument(
+        "--gc-interval",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "600")),
+        help="seconds between orphan GC sweeps (default 600)",
+    )
+    run.add_argument(
+        "--gc-min-age",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_GC_MIN_AGE_SECONDS", "600")),
+        help="an orphan must be this many seconds old to be deleted (default 600)",
+    )
+    run.add_argument(
+        "--gc-allow-namespaced",
+        action="store_true",
+        default=os.environ.get("EGRESS_PROXIES_GC_ALLOW_NAMESPACED") == "true",
+        help="sweep even when watching only some namespaces",
+    )
     return parser
 
 
