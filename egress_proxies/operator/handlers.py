@@ -77,12 +77,20 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+KOPF_PREFIX = f"kopf.{GROUP}"
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
-    """Keep kopf's bookkeeping in annotations under our group, and use our finalizer."""
+    """Keep kopf's bookkeeping in annotations of its own prefix, and use our finalizer.
+
+    kopf leaves annotations under its storage prefix out of the diff that
+    triggers update handlers; ours (spec hash, cloud-init revision, reconcile
+    request) must stay in it, hence a prefix of kopf's own.
+    """
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
 
