@@ -28,7 +28,7 @@ async def test_killed_during_up_the_operator_converges_after_restart(
     await kube.create(proxy_path(namespace), managed_proxy("crash"))
 
     async def up_running() -> bool:
-        return any(line.startswith("up ") for line in operator.pulumi_invocations()) and bool(
+        return any(" up " in f" {line} " for line in operator.pulumi_invocations()) and bool(
             lock_files(operator)
         )
 
