@@ -1,0 +1,216 @@
+"""deploy/: the kustomize base builds, carries the current CRD, and the API server accepts it.
+
+Docker and kind cannot run here, so everything else of the install path is
+checked as far as it can be: the built objects' invariants, the kind overlay,
+a server-side dry-run apply on the dev cluster, the image's pinned versions
+against the toolchain's, and the quickstart script with shellcheck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from egress_proxies import crd
+from egress_proxies.cli import build_parser
+from egress_proxies.devcluster import toolchain
+from egress_proxies.kube import ApiError, KubeClient
+from tests.conftest import ClusterHandle
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "egress-proxies"
+
+
+def kustomize(directory: Path) -> str:
+    """`kubectl kustomize DIR`, as a user would run it."""
+    done = subprocess.run(
+        [str(toolchain.find("kubectl")), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def objects(manifests: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(manifests) if o}
+
+
+def test_the_crd_copy_is_current() -> None:
+    assert (DEPLOY / "base" / "crd" / "proxy.yaml").read_text() == crd.render(), (
+        "deploy/base/crd/proxy.yaml is stale: run `cp crds/proxy.yaml deploy/base/crd/` "
+        "(kustomize loads no file from outside deploy/base/)"
+    )
+
+
+def test_the_base_builds_the_whole_install() -> None:
+    built = objects(kustomize(DEPLOY))
+    assert set(built) == {
+        ("Namespace", NAMESPACE),
+        ("CustomResourceDefinition", "proxies.crawl.example.com"),
+        ("ServiceAccount", "egress-proxies"),
+        ("ClusterRole", "egress-proxies"),
+        ("ClusterRoleBinding", "egress-proxies"),
+        ("PersistentVolumeClaim", "egress-proxies-state"),
+        ("Deployment", "egress-proxies"),
+        ("Service", "egress-proxies"),
+    }
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for (kind, _), obj in built.items():
+        assert obj["metadata"].get("namespace") == (None if kind in cluster_scoped else NAMESPACE)
+    generated = yaml.safe_load(crd.render())
+    shipped = built[("CustomResourceDefinition", "proxies.crawl.example.com")]
+    assert shipped["spec"] == generated["spec"]
+    subject = built[("ClusterRoleBinding", "egress-proxies")]["subjects"][0]
+    assert subject == {"kind": "ServiceAccount", "name": "egress-proxies", "namespace": NAMESPACE}
+
+
+def test_the_deployment_keeps_its_invariants() -> None:
+    built = objects(kustomize(DEPLOY))
+    deployment = built[("Deployment", "egress-proxies")]
+    spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert pod["hostname"] == "egress-proxies"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["image"] == "egress-proxies:0.1.0"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {
+        "liveness": 8080,
+        "discovery": 8090,
+        "metrics": 9090,
+    }
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    assert mounts == {
+        "state": "/var/lib/egress-proxies",
+        "tmp": "/tmp",
+        "passphrase": "/etc/egress-proxies/passphrase",
+        "discovery-tokens": "/etc/egress-proxies/discovery-tokens",
+    }
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"passphrase": "stack-passphrase", "discovery-tokens": "discovery-tokens"}
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["EGRESS_PROXIES_PASSPHRASE_FILE"] == "/etc/egress-proxies/passphrase/passphrase"
+    service = built[("Service", "egress-proxies")]
+    assert {port["name"] for port in service["spec"]["ports"]} == {"discovery", "metrics"}
+
+
+def test_the_deployment_runs_a_command_the_cli_accepts() -> None:
+    deployment = objects(kustomize(DEPLOY))[("Deployment", "egress-proxies")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "run"
+    assert args.state_dir == Path("/var/lib/egress-proxies")
+    assert args.discovery_tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
+    assert (args.liveness_port, args.discovery_port, args.metrics_port) == (8080, 8090, 9090)
+
+
+def test_the_kind_overlay_puts_the_state_on_the_mounted_dir() -> None:
+    built = objects(kustomize(DEPLOY / "kind"))
+    volume = built[("PersistentVolume", "egress-proxies-state")]
+    claim = built[("PersistentVolumeClaim", "egress-proxies-state")]
+    assert claim["spec"]["volumeName"] == "egress-proxies-state"
+    assert claim["spec"]["storageClassName"] == volume["spec"]["storageClassName"] == ""
+    assert volume["spec"]["claimRef"] == {"namespace": NAMESPACE, "name": "egress-proxies-state"}
+    cluster = yaml.safe_load((DEPLOY / "kind" / "cluster.yaml").read_text())
+    (mount,) = cluster["nodes"][0]["extraMounts"]
+    assert volume["spec"]["hostPath"]["path"] == mount["containerPath"]
+    (container,) = built[("Deployment", "egress-proxies")]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "egress-proxies:kind"
+
+
+def dry_run_apply(kubeconfig: Path, demo_namespace: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl apply --server-side --dry-run=server` of everything deploy/ ships.
+
+    The kind quickstart's Squid goes into `demo_namespace` instead of its own.
+    """
+    squid = [
+        {**o, "metadata": {**o["metadata"], "namespace": demo_namespace}}
+        for o in yaml.safe_load_all((DEPLOY / "kind" / "external-squid.yaml").read_text())
+        if o["kind"] != "Namespace"
+    ]
+    manifests = "\n---\n".join(
+        [
+            kustomize(DEPLOY),
+            kustomize(DEPLOY / "kind"),
+            (DEPLOY / "secrets.example.yaml").read_text(),
+            yaml.safe_dump_all(squid),
+        ]
+    )
+    return subprocess.run(
+        [
+            str(toolchain.find("kubectl")),
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=deploy-manifests-test",
+            "-f",
+            "-",
+        ],
+        input=manifests,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**toolchain.environment_with_tools(), "KUBECONFIG": str(kubeconfig)},
+        check=False,
+    )
+
+
+async def test_the_api_server_accepts_the_manifests(
+    dev_cluster: ClusterHandle, kube: KubeClient, namespace: str
+) -> None:
+    # A dry run creates nothing, so the namespaced objects need the namespace for real.
+    try:
+        await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    except ApiError as error:
+        if error.status != 409:
+            raise
+    done = await asyncio.to_thread(dry_run_apply, dev_cluster.kubeconfig, namespace)
+    assert done.returncode == 0, done.stderr
+    assert "deployment.apps/egress-proxies serverside-applied (server dry run)" in done.stdout
+    assert (
+        "persistentvolume/egress-proxies-state serverside-applied (server dry run)" in done.stdout
+    )
+
+
+def test_the_image_pins_the_toolchain_versions() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", dockerfile, re.MULTILINE))
+    versions = dict(
+        re.findall(r"^(\w+)=(\S+)$", (ROOT / "tools" / "versions.env").read_text(), re.MULTILINE)
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = dict(
+        dependency.split("==") for dependency in project["dependencies"] if "==" in dependency
+    )
+    assert f"v{args['PULUMI_VERSION']}" == versions["PULUMI_VERSION"]
+    assert f"v{args['PULUMI_KUBERNETES_VERSION']}" == versions["PULUMI_KUBERNETES_VERSION"]
+    assert args["PULUMI_KUBERNETES_VERSION"] == pins["pulumi-kubernetes"]
+    assert args["PULUMI_GCP_VERSION"] == pins["pulumi-gcp"]
+
+
+def test_the_quickstart_passes_shellcheck() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (Debian package `shellcheck`)")
+    done = subprocess.run(
+        [shellcheck, str(DEPLOY / "kind" / "quickstart.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout
