@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the discovery API without authentication (logged loudly)",
     )
     run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_METRICS_PORT", "9090")),
+        help="serve Prometheus metrics at /metrics on this port (default 9090; 0 = off)",
+    )
+    run.add_argument(
+        "--trace-health-probes",
+        action="store_true",
+        default=os.environ.get("EGRESS_PROXIES_TRACE_HEALTH_PROBES") == "true",
+        help="one span per health probe (only when tracing is enabled by OTEL_* variables)",
+    )
+    run.add_argument(
         "--gc-interval",
         type=float,
         default=float(os.environ.get("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "600")),
@@ -149,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 discovery_port=args.discovery_port,
                 discovery_tokens_dir=args.discovery_tokens_dir,
                 discovery_allow_no_auth=args.discovery_allow_no_auth,
+                metrics_port=args.metrics_port or None,
+                trace_health_probes=args.trace_health_probes,
             )
         )
     if args.command == "crd":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from egress_proxies.catalog import ProxyCatalog
 from egress_proxies.discovery.auth import BearerAuth, TokenSource
@@ -23,18 +26,21 @@ def create_app(
     *,
     metrics: LeaseRequestRecorder | None = None,
     allow_no_auth: bool = False,
+    middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The discovery API over `catalog` and `store`.
 
     `tokens` is called on every request, so a rotated Secret applies at once.
     With no tokens every request except /healthz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
+    `middlewares` run outermost (tracing).
     """
     auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
     auth.refresh()
     handlers = Handlers(IndexedCatalog(catalog), store, metrics, render_openapi(store.max_ttl))
     app = web.Application(
-        middlewares=[json_errors, auth.middleware()], client_max_size=MAX_BODY_BYTES
+        middlewares=[*middlewares, json_errors, auth.middleware()],
+        client_max_size=MAX_BODY_BYTES,
     )
     lease = "/v1/leases/{lease_id}"
     app.router.add_get("/healthz", handlers.health)

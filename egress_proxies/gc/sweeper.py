@@ -22,6 +22,7 @@ from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
+from egress_proxies.telemetry.tracing import Spans
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class Sweeper:
         interval: datetime.timedelta = DEFAULT_INTERVAL,
         min_age: datetime.timedelta = DEFAULT_MIN_AGE,
         metrics: GcMetrics | None = None,
+        spans: Spans | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         if namespaces and not allow_namespaced:
@@ -87,6 +89,7 @@ class Sweeper:
         self._interval = interval
         self._min_age = min_age
         self._metrics = metrics or GcMetrics()
+        self._spans = spans or Spans()
         self._clock = clock
         self.last: SweepReport | None = None
 
@@ -106,7 +109,8 @@ class Sweeper:
     async def sweep(self) -> SweepReport:
         """One sweep."""
         started = time.monotonic()
-        report = await self._sweep()
+        with self._spans.gc_sweep():
+            report = await self._sweep()
         report = SweepReport(**{**report.__dict__, "seconds": time.monotonic() - started})
         self.last = report
         self._metrics.swept(report.seconds, time.time())

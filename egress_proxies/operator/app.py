@@ -7,6 +7,7 @@ import datetime
 import logging
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import kopf
 from prometheus_client import CollectorRegistry
 
-from egress_proxies.catalog import ProxyKey
+from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.devcluster import toolchain
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
@@ -24,7 +25,7 @@ from egress_proxies.gc.sweeper import (
     Sweeper,
     SweepRefusedError,
 )
-from egress_proxies.health import HealthEngine, HttpProber, LoopClock
+from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import LeaseStore
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
@@ -42,8 +43,9 @@ from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
-from egress_proxies.telemetry.lease_metrics import LeaseMetrics
-from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
+from egress_proxies.telemetry.logs import setup_logging
+from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
+from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class OperatorSettings:
     discovery_port: int = DEFAULT_PORT
     discovery_tokens_dir: Path | None = None
     discovery_allow_no_auth: bool = False
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = 9090
+    trace_health_probes: bool = False
 
 
 def passphrase_from_env() -> str | None:
@@ -112,6 +117,10 @@ class Operator:
         self.metrics_registry = CollectorRegistry()
         self.health_pump = HealthStatusPump(self.fleet, self.writer)
         self.leases = LeaseStore()
+        self.metrics = OperatorMetrics(
+            self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
+        )
+        self.spans = Spans(trace_probes=settings.trace_health_probes)
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
             RunnerSettings(
@@ -125,12 +134,22 @@ class Operator:
         self.sweeper = Sweeper(
             self.client,
             self.runner,
-            [KubernetesInventory(self.client, tuple(settings.namespaces))],
+            [
+                TracedInventory(
+                    MeteredInventory(
+                        KubernetesInventory(self.client, tuple(settings.namespaces)),
+                        self.metrics.providers,
+                    ),
+                    self.spans,
+                )
+            ],
             self._request_reconcile,
             namespaces=tuple(settings.namespaces),
             allow_namespaced=settings.gc_allow_namespaced,
             interval=settings.gc_interval,
             min_age=settings.gc_min_age,
+            metrics=self.metrics.gc,
+            spans=self.spans,
         )
         self.registry = kopf.OperatorRegistry()
         register(
@@ -144,6 +163,8 @@ class Operator:
                 programs=programs(),
                 classify=classify,
                 on_proxy_gone=self._proxy_gone,
+                spans=self.spans,
+                stack_metrics=self.metrics.stacks,
             ),
         )
 
@@ -175,20 +196,29 @@ class Operator:
             self.fleet,
             self.leases,
             TokenDirectory(tokens_dir) if tokens_dir else frozenset,
-            metrics=LeaseMetrics(self.metrics_registry, self.leases),
+            metrics=self.metrics.leases,
             allow_no_auth=self.settings.discovery_allow_no_auth,
+            middlewares=[self.spans.server_middleware()],
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(
             "discovery API on %s:%d", self.settings.discovery_host, self.settings.discovery_port
         )
+        servers = [discovery]
+        if self.settings.metrics_port is not None:
+            servers.append(
+                await serve_metrics(
+                    self.metrics_registry, self.settings.metrics_host, self.settings.metrics_port
+                )
+            )
+            logger.info("metrics on %s:%d", self.settings.metrics_host, self.settings.metrics_port)
         async with HttpProber() as prober:
             engine = HealthEngine(
                 self.fleet,
                 self.health_pump.offer,
-                prober,
+                _TracedProber(prober, self.spans),
                 LoopClock(),
-                PrometheusProbeMetrics(self.metrics_registry),
+                self.metrics.probes,
                 workers=self.settings.health_workers,
             )
             background = [
@@ -203,7 +233,8 @@ class Operator:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
-                await discovery.cleanup()
+                for server in servers:
+                    await server.cleanup()
 
     async def _run_kopf(self, stop_flag: asyncio.Future[None]) -> None:
         try:
@@ -224,6 +255,18 @@ class Operator:
             await asyncio.to_thread(self.runner.close)
 
 
+class _TracedProber:
+    """A probe span around each probe (no-op unless probe tracing is on)."""
+
+    def __init__(self, prober: Prober, spans: Spans) -> None:
+        self._prober = prober
+        self._spans = spans
+
+    async def probe(self, record: ProxyRecord) -> ProbeResult:
+        with self._spans.probe(record.key):
+            return await self._prober.probe(record)
+
+
 def _provider_env(kubeconfig: Path | None, bin_path: str) -> dict[str, str]:
     env = {"PATH": f"{bin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
     if kubeconfig is not None:
@@ -233,10 +276,12 @@ def _provider_env(kubeconfig: Path | None, bin_path: str) -> dict[str, str]:
 
 def run_operator(settings: OperatorSettings) -> int:
     """`egress-proxies run`: the operator in the foreground until SIGINT/SIGTERM."""
-    logging.basicConfig(
-        level=os.environ.get("EGRESS_PROXIES_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        setup_logging(os.environ)
+    except ValueError as error:
+        print(f"egress-proxies: {error}", file=sys.stderr)
+        return 2
+    setup_tracing(os.environ)
     try:
         operator = Operator(settings)
     except (ConfigurationError, SweepRefusedError, KeyError, FileNotFoundError) as error:

@@ -45,6 +45,9 @@ from egress_proxies.stacks.errors import ErrorClass
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.naming import instance_name, stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
+from egress_proxies.telemetry.logs import log_context
+from egress_proxies.telemetry.metrics import StackMetrics
+from egress_proxies.telemetry.tracing import Spans
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ class Components:
     programs: Mapping[ProviderName, Program]
     classify: Callable[[str], ErrorClass]
     on_proxy_gone: Callable[[ProxyKey], None]
+    spans: Spans
+    stack_metrics: StackMetrics
 
 
 def now() -> str:
@@ -180,11 +185,23 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     @kopf.on.create(*resource, registry=registry)
     @kopf.on.update(*resource, registry=registry)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await _reconcile(c, dict(body), patch)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        stack = stack_name(namespace, name)
+        with (
+            c.spans.reconcile(namespace, name, stack=stack),
+            log_context(namespace=namespace, proxy=name, stack=stack),
+        ):
+            await _reconcile(c, dict(body), patch)
 
     @kopf.on.delete(*resource, registry=registry)
     async def delete(body: kopf.Body, **_: Any) -> None:
-        await _delete(c, dict(body))
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        stack = stack_name(namespace, name)
+        with (
+            c.spans.reconcile(namespace, name, stack=stack, deleting=True),
+            log_context(namespace=namespace, proxy=name, stack=stack),
+        ):
+            await _delete(c, dict(body))
 
 
 def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:
@@ -280,7 +297,8 @@ async def _up(
 
     stack = stack_name(view.namespace, view.name)
     try:
-        outputs = await c.runner.up(stack, view.uid, run, refresh=observed.instance_missing)
+        with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
+            outputs = await c.runner.up(stack, view.uid, run, refresh=observed.instance_missing)
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
         return machine.after_failure(view, c.classify(error.text), error.text, now())
@@ -306,7 +324,8 @@ async def _delete(c: Components, body: dict[str, Any]) -> None:
             body, lambda current: reconciler_owned(current, decision.status), deleting=True
         )
     try:
-        await c.runner.destroy(stack)
+        with c.stack_metrics.measure("destroy"), c.spans.stack_operation("destroy", stack):
+            await c.runner.destroy(stack)
     except StackOperationError as error:
         logger.warning("stack %s: destroy failed: %s", stack, error.text[-500:])
         raise kopf.TemporaryError(

@@ -32,6 +32,7 @@ class OperatorProcess:
     env: dict[str, str]
     discovery_url: str
     discovery_token: str
+    metrics_url: str
     child: Child | None = None
     starts: int = field(default=0)
 
@@ -96,7 +97,7 @@ def operator(
     tokens.mkdir()
     token = secrets.token_urlsafe(24)
     (tokens / "crawler").write_text(token)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(dev_cluster.kubeconfig),
@@ -108,6 +109,7 @@ def operator(
         "EGRESS_PROXIES_DISCOVERY_HOST": "127.0.0.1",
         "EGRESS_PROXIES_DISCOVERY_PORT": str(port),
         "EGRESS_PROXIES_DISCOVERY_TOKENS_DIR": str(tokens),
+        "EGRESS_PROXIES_METRICS_PORT": str(metrics_port),
     }
     marker = request.node.get_closest_marker("operator_env")
     if marker is not None:
@@ -120,6 +122,7 @@ def operator(
         env,
         discovery_url=f"http://127.0.0.1:{port}",
         discovery_token=token,
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
     )
     process.start()
     yield process
