@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -57,9 +58,13 @@ class OperatorProcess:
                 self.child.stop()
 
     def kill(self) -> None:
-        """SIGKILL the operator's whole process group (pulumi children included)."""
+        """SIGKILL the operator and every descendant (pulumi runs plugins in their own groups)."""
         if self.child is not None:
+            family = descendants(self.child.process.pid)
             os.killpg(self.child.process.pid, signal.SIGKILL)
+            for pid in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.child.process.wait(timeout=10)
 
     def pulumi_invocations(self) -> list[str]:
@@ -73,6 +78,23 @@ class OperatorProcess:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def counting_pulumi_root(directory: Path, calls: Path) -> Path:
     """A pulumi root whose bin/pulumi logs each invocation, then runs the real CLI."""
     real = toolchain.find("pulumi")
@@ -83,14 +105,10 @@ def counting_pulumi_root(directory: Path, calls: Path) -> Path:
     return directory
 
 
-@pytest.fixture
-def operator(
-    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[OperatorProcess]:
-    """The operator watching the test's namespace, its state in the test's tmp dir.
-
-    `@pytest.mark.operator_env(NAME="value")` adds environment for one test.
-    """
+def new_operator(
+    kubeconfig: Path, namespace: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> OperatorProcess:
+    """An operator (not started yet) watching `namespace`, its state under `tmp_path`."""
     state = tmp_path / "operator-state"
     calls = tmp_path / "pulumi-calls.log"
     tokens = tmp_path / "discovery-tokens"
@@ -100,7 +118,7 @@ def operator(
     port, metrics_port = free_port(), free_port()
     env = {
         **os.environ,
-        "KUBECONFIG": str(dev_cluster.kubeconfig),
+        "KUBECONFIG": str(kubeconfig),
         "EGRESS_PROXIES_STATE_DIR": str(state),
         "PULUMI_CONFIG_PASSPHRASE": secrets.token_urlsafe(16),
         "EGRESS_PROXIES_PULUMI_ROOT": str(counting_pulumi_root(tmp_path / "pulumi-root", calls)),
@@ -110,11 +128,9 @@ def operator(
         "EGRESS_PROXIES_DISCOVERY_PORT": str(port),
         "EGRESS_PROXIES_DISCOVERY_TOKENS_DIR": str(tokens),
         "EGRESS_PROXIES_METRICS_PORT": str(metrics_port),
+        **(extra_env or {}),
     }
-    marker = request.node.get_closest_marker("operator_env")
-    if marker is not None:
-        env.update(marker.kwargs)
-    process = OperatorProcess(
+    return OperatorProcess(
         namespace,
         state,
         tmp_path / "operator.log",
@@ -123,6 +139,20 @@ def operator(
         discovery_url=f"http://127.0.0.1:{port}",
         discovery_token=token,
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+    )
+
+
+@pytest.fixture
+def operator(
+    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The operator watching the test's namespace, as the dev cluster's admin.
+
+    `@pytest.mark.operator_env(NAME="value")` adds environment for one test.
+    """
+    marker = request.node.get_closest_marker("operator_env")
+    process = new_operator(
+        dev_cluster.kubeconfig, namespace, tmp_path, marker.kwargs if marker else None
     )
     process.start()
     yield process

@@ -14,7 +14,11 @@ import hashlib
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
+
+# Imported eagerly, not through pulumi_kubernetes' lazy attribute loading: several
+# programs run at once in the runner's threads, and the lazy loader is not
+# thread-safe (a concurrent first access raised AttributeError: no 'Secret').
+from pulumi_kubernetes.core.v1 import ConfigMap, Pod, Secret
 
 from egress_proxies.model import UID_LABEL
 from egress_proxies.stacks.inputs import ProgramInputs
@@ -32,17 +36,17 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     labels = {UID_LABEL: inputs.uid, "app.kubernetes.io/name": "egress-proxy"}
     metadata = {"name": name, "namespace": inputs.namespace, "labels": labels}
 
-    auth = k8s.core.v1.Secret(
+    auth = Secret(
         "auth",
         metadata={**metadata, "name": f"{name}-auth"},
         string_data=pulumi.Output.secret({"passwd": passwd_line(inputs.credentials)}),
     )
-    config = k8s.core.v1.ConfigMap(
+    config = ConfigMap(
         "config",
         metadata={**metadata, "name": f"{name}-config"},
         data={"squid.conf": squid_conf(inputs.port)},
     )
-    pod = k8s.core.v1.Pod(
+    pod = Pod(
         "squid",
         metadata=metadata,
         spec=_pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),

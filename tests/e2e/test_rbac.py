@@ -1,0 +1,117 @@
+"""The operator runs with the deploy/ ServiceAccount's rules, and fails visibly with less."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from egress_proxies.kube import KubeClient, write_kubeconfig
+from tests.conftest import ClusterHandle
+from tests.e2e.conftest import (
+    OperatorProcess,
+    managed_proxy,
+    new_operator,
+    proxy_path,
+    wait_for_condition,
+    wait_gone,
+)
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
+
+
+def deploy_cluster_role() -> dict[str, Any]:
+    documents = list(yaml.safe_load_all(RBAC.read_text()))
+    role: dict[str, Any] = next(d for d in documents if d["kind"] == "ClusterRole")
+    return role
+
+
+def without_pod_writes(role: dict[str, Any]) -> dict[str, Any]:
+    """The same role minus creating and patching pods (what the squid pod program needs)."""
+    reduced = copy.deepcopy(role)
+    rules = []
+    for rule in reduced["rules"]:
+        if "pods" in rule.get("resources", []):
+            rules.append({**rule, "resources": [r for r in rule["resources"] if r != "pods"]})
+            rules.append(
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+            )
+        else:
+            rules.append(rule)
+    reduced["rules"] = rules
+    return reduced
+
+
+async def operator_as_service_account(
+    kube: KubeClient,
+    dev_cluster: ClusterHandle,
+    namespace: str,
+    tmp_path: Path,
+    role: dict[str, Any],
+) -> OperatorProcess:
+    """Bind `role` to a fresh ServiceAccount and start the operator with its token."""
+    name = f"egress-proxies-{secrets.token_hex(3)}"
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}}
+    )
+    cluster_role = {**role, "metadata": {"name": name}}
+    await kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", cluster_role)
+    await kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    issued = await kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    kubeconfig = tmp_path / "service-account.kubeconfig"
+    write_kubeconfig(kubeconfig, dev_cluster.credentials.with_token(issued["status"]["token"]))
+    operator = new_operator(kubeconfig, namespace, tmp_path)
+    operator.start()
+    return operator
+
+
+async def test_the_deployed_rules_are_enough_to_provision_and_delete(
+    kube: KubeClient, dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    operator = await operator_as_service_account(
+        kube, dev_cluster, namespace, tmp_path, deploy_cluster_role()
+    )
+    try:
+        await kube.create(proxy_path(namespace), managed_proxy("rbac"))
+        body = await wait_for_condition(kube, namespace, "rbac", "Provisioned", "True")
+        assert body["status"]["ip"]
+        await kube.delete(proxy_path(namespace, "rbac"))
+        await wait_gone(kube, proxy_path(namespace, "rbac"))
+        assert "forbidden" not in operator.log_text().lower()
+    finally:
+        operator.stop()
+
+
+async def test_a_missing_rule_fails_visibly(
+    kube: KubeClient, dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    operator = await operator_as_service_account(
+        kube, dev_cluster, namespace, tmp_path, without_pod_writes(deploy_cluster_role())
+    )
+    try:
+        await kube.create(proxy_path(namespace), managed_proxy("denied"))
+        body = await wait_for_condition(
+            kube, namespace, "denied", "Provisioned", "False", "PermanentError"
+        )
+        assert body["status"]["phase"] == "Failed"
+        condition = next(c for c in body["status"]["conditions"] if c["type"] == "Provisioned")
+        assert "forbidden" in condition["message"].lower(), condition["message"]
+    finally:
+        operator.stop()
