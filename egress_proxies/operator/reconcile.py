@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -198,7 +199,7 @@ def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: s
     A deletion never latches: wedging an object that is being deleted would
     leave no way out but removing the finalizer by hand.
     """
-    short = message.strip().splitlines()[-1][:500] if message.strip() else "unknown error"
+    short = summarize_error(message)
     if error_class == ErrorClass.QUOTA:
         status = _provisioned(view, ConditionStatus.FALSE, QUOTA_EXCEEDED, short, now)
         return Decision(Action.NONE, status, retry_after=QUOTA_RETRY_SECONDS)
@@ -207,6 +208,19 @@ def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: s
         return Decision(Action.NONE, status, permanent=True)
     status = _provisioned(view, ConditionStatus.FALSE, TRANSIENT_ERROR, short, now)
     return Decision(Action.NONE, status)
+
+
+_TELLING = re.compile(r"error|forbidden|denied|invalid|exceeded|not found", re.IGNORECASE)
+
+
+def summarize_error(text: str) -> str:
+    """The line of a pulumi failure worth showing in a condition (pulumi ends with noise)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    telling = [
+        line for line in lines if _TELLING.search(line) and not line.lower().startswith("stderr")
+    ]
+    chosen = telling[-1] if telling else (lines[-1] if lines else "unknown error")
+    return chosen[:500]
 
 
 def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> ProxyStatus:
