@@ -210,17 +210,21 @@ def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: s
     return Decision(Action.NONE, status)
 
 
-_TELLING = re.compile(r"error|forbidden|denied|invalid|exceeded|not found", re.IGNORECASE)
+# Most telling first: a cause, then any error line; pulumi's output ends in summaries.
+_TELLING = (
+    re.compile(r"forbidden|denied|exceeded|quota|invalid|not found", re.IGNORECASE),
+    re.compile(r"error:", re.IGNORECASE),
+)
 
 
 def summarize_error(text: str) -> str:
-    """The line of a pulumi failure worth showing in a condition (pulumi ends with noise)."""
+    """The line of a pulumi failure worth showing in a condition."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    telling = [
-        line for line in lines if _TELLING.search(line) and not line.lower().startswith("stderr")
-    ]
-    chosen = telling[-1] if telling else (lines[-1] if lines else "unknown error")
-    return chosen[:500]
+    for pattern in _TELLING:
+        telling = [line for line in lines if pattern.search(line)]
+        if telling:
+            return telling[-1][:500]
+    return lines[-1][:500] if lines else "unknown error"
 
 
 def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> ProxyStatus:

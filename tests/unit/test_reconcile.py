@@ -231,3 +231,14 @@ def test_transition_time_moves_only_when_the_condition_status_changes() -> None:
     )
     assert same[0].last_transition_time == NOW
     assert flipped[0].last_transition_time == LATER
+
+
+def test_a_failure_summary_names_the_cause_not_pulumis_trailer() -> None:
+    text = (
+        "Updating (crawl.p1):\n"
+        '  kubernetes:core/v1:Pod squid creating (0s) error: pods "proxy-x" is forbidden: '
+        'User "system:serviceaccount:ns:op" cannot patch resource "pods"\n'
+        "Resources:\n    2 errored\n\nDuration: 1s\n stderr:\n"
+    )
+    assert "is forbidden" in machine.summarize_error(text)
+    assert machine.summarize_error("") == "unknown error"
