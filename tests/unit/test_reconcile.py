@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from egress_proxies.stacks.errors import ErrorClass
 
 from egress_proxies.model import (
     PERMANENT_ERROR,
@@ -20,6 +19,7 @@ from egress_proxies.model import (
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.reconcile import Action, Observed, ProxyView, decide, spec_hash
 from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.errors import ErrorClass
 
 NOW = "2026-11-29T12:00:00Z"
 LATER = "2026-11-29T12:05:00Z"
