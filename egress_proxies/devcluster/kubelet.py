@@ -232,6 +232,9 @@ class LoopbackKubelet:
         except PodRejectedError as rejected:
             logger.warning("pod %s/%s rejected: %s", namespace, name, rejected.message)
             await self._report_failed(namespace, name, rejected.reason, rejected.message)
+        except (toolchain.MissingToolError, OSError) as error:
+            logger.warning("pod %s/%s cannot run: %s", namespace, name, error)
+            await self._report_failed(namespace, name, "CannotRunSquid", str(error))
         except ApiError as error:
             if error.status != 404:
                 logger.warning("pod %s/%s: API error %s", namespace, name, error)
