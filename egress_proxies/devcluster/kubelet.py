@@ -38,6 +38,7 @@ NODE_NAME = "loopback"
 SQUID_USER = "proxy"
 _READY_TIMEOUT = 20.0
 _MISSING_VOLUME_RETRY = 1.0
+_EXIT_POLL_SECONDS = 0.5
 
 
 def _now() -> str:
@@ -221,7 +222,11 @@ class LoopbackKubelet:
                 address,
                 port,
             )
-            exit_code = await asyncio.to_thread(child.process.wait)
+            # Polled, not waited for in a thread: a thread per running pod would
+            # exhaust the loop's default executor and stall every other pod.
+            while child.alive():
+                await asyncio.sleep(_EXIT_POLL_SECONDS)
+            exit_code = child.process.returncode
             if not running.stopping:
                 await self._report_failed(
                     namespace,
