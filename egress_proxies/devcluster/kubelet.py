@@ -224,7 +224,7 @@ class LoopbackKubelet:
             )
             # Polled, not waited for in a thread: a thread per running pod would
             # exhaust the loop's default executor and stall every other pod.
-            while child.alive():
+            while child.alive():  # noqa: ASYNC110 - a Popen has nothing to await
                 await asyncio.sleep(_EXIT_POLL_SECONDS)
             exit_code = child.process.returncode
             if not running.stopping:
