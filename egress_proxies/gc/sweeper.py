@@ -20,6 +20,7 @@ from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
+from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
 from egress_proxies.telemetry.tracing import Spans
@@ -138,7 +139,7 @@ class Sweeper:
                 listings[inventory.provider] = await inventory.list_tagged()
             except InventoryError as error:
                 return SweepReport(skipped=f"listing {inventory.provider} failed: {error}")
-        stacks = await asyncio.to_thread(self._stack_records)
+        stacks = await asyncio.to_thread(read_stack_records, self._runner.backend)
         plan = plan_sweep(proxies, stacks, listings, now=self._clock(), min_age=self._min_age)
         return await self._act(plan)
 
@@ -153,21 +154,6 @@ class Sweeper:
             listing = await self._client.get(path)
             proxies += [_live(item) for item in listing.get("items", [])]
         return proxies
-
-    def _stack_records(self) -> list[StackRecord]:
-        records = []
-        for name in self._runner.backend.stacks():
-            state = self._runner.backend.read(name)
-            outputs = state.outputs if state else {}
-            records.append(
-                StackRecord(
-                    name=name,
-                    uid=outputs.get("proxyUid"),
-                    provider=_provider(outputs.get("provider")),
-                    instance_id=outputs.get("instanceId"),
-                )
-            )
-        return records
 
     async def _act(self, plan: SweepPlan) -> SweepReport:
         inventories = {inventory.provider: inventory for inventory in self._inventories}
@@ -209,6 +195,23 @@ class Sweeper:
             reconciled=tuple(reconciled),
             failures=tuple(failures),
         )
+
+
+def read_stack_records(backend: FileBackend) -> list[StackRecord]:
+    """What every stack on the backend owns, from its checkpoint file (no pulumi process)."""
+    records = []
+    for name in backend.stacks():
+        state = backend.read(name)
+        outputs = state.outputs if state else {}
+        records.append(
+            StackRecord(
+                name=name,
+                uid=outputs.get("proxyUid"),
+                provider=_provider(outputs.get("provider")),
+                instance_id=outputs.get("instanceId"),
+            )
+        )
+    return records
 
 
 def _provider(value: object) -> ProviderName | None:
