@@ -212,7 +212,8 @@ def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: s
 
 # Most telling first: a cause, then any error line; pulumi's output ends in summaries.
 _TELLING = (
-    re.compile(r"forbidden|denied|exceeded|quota|invalid|not found", re.IGNORECASE),
+    re.compile(r"is forbidden|permission denied|access denied|exceeded|quota", re.IGNORECASE),
+    re.compile(r"invalid|not found", re.IGNORECASE),
     re.compile(r"error:", re.IGNORECASE),
 )
 

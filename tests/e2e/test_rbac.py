@@ -106,9 +106,9 @@ async def test_a_missing_rule_fails_visibly(
         kube, dev_cluster, namespace, tmp_path, without_pod_writes(deploy_cluster_role())
     )
     try:
-        await kube.create(proxy_path(namespace), managed_proxy("denied"))
+        await kube.create(proxy_path(namespace), managed_proxy("restricted"))
         body = await wait_for_condition(
-            kube, namespace, "denied", "Provisioned", "False", "PermanentError"
+            kube, namespace, "restricted", "Provisioned", "False", "PermanentError"
         )
         assert body["status"]["phase"] == "Failed"
         condition = next(c for c in body["status"]["conditions"] if c["type"] == "Provisioned")
