@@ -115,6 +115,26 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("EGRESS_PROXIES_GC_ALLOW_NAMESPACED") == "true",
         help="sweep even when watching only some namespaces",
     )
+    run.add_argument(
+        "--peering",
+        default=os.environ.get("EGRESS_PROXIES_PEERING", "egress-proxies"),
+        help="the kopf peering object shared with other operators "
+        "($EGRESS_PROXIES_PEERING, default egress-proxies; created when missing)",
+    )
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_PEERING_PRIORITY", "0")),
+        help="peering priority: a live peer with a higher one pauses this operator, "
+        "the same one pauses both ($EGRESS_PROXIES_PEERING_PRIORITY, default 0)",
+    )
+    run.add_argument(
+        "--standalone",
+        action="store_true",
+        default=os.environ.get("EGRESS_PROXIES_STANDALONE") == "true",
+        help="no peering: for a cluster without the kopf.dev peering CRDs, where one "
+        "operator is guaranteed to run alone",
+    )
     return parser
 
 
@@ -157,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gc_interval=datetime.timedelta(seconds=args.gc_interval),
                 gc_min_age=datetime.timedelta(seconds=args.gc_min_age),
                 gc_allow_namespaced=args.gc_allow_namespaced,
+                peering=None if args.standalone else args.peering,
+                priority=args.priority,
                 discovery_host=args.discovery_host,
                 discovery_port=args.discovery_port,
                 discovery_tokens_dir=args.discovery_tokens_dir,

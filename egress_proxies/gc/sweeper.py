@@ -31,6 +31,12 @@ DEFAULT_INTERVAL = datetime.timedelta(minutes=10)
 DEFAULT_MIN_AGE = datetime.timedelta(minutes=10)
 
 Trigger = Callable[[str, str], Awaitable[None]]  # (namespace, name) -> re-reconcile
+Gate = Callable[[], Awaitable[str | None]]  # why not to sweep now, or None
+
+
+async def always_sweep() -> str | None:
+    """The gate of a standalone operator: nothing else can be sweeping."""
+    return None
 
 
 class SweepRefusedError(RuntimeError):
@@ -75,6 +81,7 @@ class Sweeper:
         min_age: datetime.timedelta = DEFAULT_MIN_AGE,
         metrics: GcMetrics | None = None,
         spans: Spans | None = None,
+        gate: Gate = always_sweep,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         if namespaces and not allow_namespaced:
@@ -91,6 +98,7 @@ class Sweeper:
         self._min_age = min_age
         self._metrics = metrics or GcMetrics()
         self._spans = spans or Spans()
+        self._gate = gate
         self._clock = clock
         self.last: SweepReport | None = None
 
@@ -99,10 +107,18 @@ class Sweeper:
         return f"<Sweeper [interval: {self._interval} | min age: {self._min_age} | last: {last}]>"
 
     async def run(self) -> None:
-        """Sweep every interval until cancelled; the first sweep waits one interval."""
+        """Sweep every interval until cancelled; the first sweep waits one interval.
+
+        Each turn asks the gate first: when several operators run, only the
+        one kopf peering leaves at work sweeps; the others log why not.
+        """
         while True:
             await asyncio.sleep(self._interval.total_seconds())
             try:
+                reason = await self._gate()
+                if reason:
+                    logger.info("GC sweep not run: %s", reason)
+                    continue
                 await self.sweep()
             except Exception:
                 logger.exception("GC sweep failed")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
+from kopf._core.engines.peering import Identity  # kopf.operator's type for a peer name
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
@@ -24,6 +25,7 @@ from egress_proxies.gc.sweeper import (
     DEFAULT_MIN_AGE,
     Sweeper,
     SweepRefusedError,
+    always_sweep,
 )
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
@@ -37,6 +39,7 @@ from egress_proxies.operator.handlers import (
     register,
 )
 from egress_proxies.operator.health_status import HealthStatusPump
+from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, new_identity
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
@@ -69,6 +72,8 @@ class OperatorSettings:
     gc_interval: datetime.timedelta = DEFAULT_INTERVAL
     gc_min_age: datetime.timedelta = DEFAULT_MIN_AGE
     gc_allow_namespaced: bool = False
+    peering: str | None = DEFAULT_PEERING  # None: standalone
+    priority: int = 0
     discovery_host: str = "0.0.0.0"
     discovery_port: int = DEFAULT_PORT
     discovery_tokens_dir: Path | None = None
@@ -121,6 +126,18 @@ class Operator:
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
         self.spans = Spans(trace_probes=settings.trace_health_probes)
+        self.identity = new_identity(os.environ)
+        self.peering = (
+            Peering(
+                self.client,
+                settings.peering,
+                settings.priority,
+                self.identity,
+                tuple(settings.namespaces),
+            )
+            if settings.peering
+            else None
+        )
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
             RunnerSettings(
@@ -150,6 +167,7 @@ class Operator:
             min_age=settings.gc_min_age,
             metrics=self.metrics.gc,
             spans=self.spans,
+            gate=self.peering.sweep_blocker if self.peering else always_sweep,
         )
         self.registry = kopf.OperatorRegistry()
         register(
@@ -169,7 +187,8 @@ class Operator:
         )
 
     def __repr__(self) -> str:
-        return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r}>"
+        peering = self.peering or "standalone"
+        return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
 
     def _proxy_gone(self, key: ProxyKey) -> None:
         self.leases.forget_proxy(key)
@@ -183,7 +202,14 @@ class Operator:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run kopf, the health engine and the status pump until `stop` is set."""
+        """Run kopf, the health engine and the status pump until `stop` is set.
+
+        Raises PeeringError (before anything starts) when the peering object
+        is missing and cannot be created.
+        """
+        if self.peering is not None:
+            await self.peering.ensure()
+            logger.info("peering %r as %s", self.peering.name, self.identity)
         stop_flag: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def relay_stop() -> None:
@@ -242,7 +268,10 @@ class Operator:
                 registry=self.registry,
                 clusterwide=not self.settings.namespaces,
                 namespaces=list(self.settings.namespaces),
-                standalone=True,
+                standalone=self.peering is None,
+                peering_name=self.peering.name if self.peering else None,
+                priority=self.settings.priority,
+                identity=Identity(self.identity),
                 stop_flag=stop_flag,
                 liveness_endpoint=(
                     f"http://0.0.0.0:{self.settings.liveness_port}/healthz"
@@ -288,12 +317,18 @@ def run_operator(settings: OperatorSettings) -> int:
         logger.error("cannot start: %s", error)
         return 2
 
-    async def main() -> None:
+    async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await operator.run(stop)
+        try:
+            await operator.run(stop)
+        except PeeringError as error:
+            logger.error("cannot start: %s", error)
+            await operator.client.close()
+            await asyncio.to_thread(operator.runner.close)
+            return 2
+        return 0
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())

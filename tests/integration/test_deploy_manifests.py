@@ -53,11 +53,21 @@ def test_the_crd_copy_is_current() -> None:
     )
 
 
+def test_the_peering_crd_copy_is_current() -> None:
+    copy = DEPLOY / "base" / "crd" / "kopf-peering.yaml"
+    assert copy.read_text() == (ROOT / "crds" / "kopf-peering.yaml").read_text(), (
+        "deploy/base/crd/kopf-peering.yaml is stale: run `cp crds/kopf-peering.yaml "
+        "deploy/base/crd/`"
+    )
+
+
 def test_the_base_builds_the_whole_install() -> None:
     built = objects(kustomize(DEPLOY))
     assert set(built) == {
         ("Namespace", NAMESPACE),
         ("CustomResourceDefinition", "proxies.crawl.example.com"),
+        ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
+        ("CustomResourceDefinition", "kopfpeerings.kopf.dev"),
         ("ServiceAccount", "egress-proxies"),
         ("ClusterRole", "egress-proxies"),
         ("ClusterRoleBinding", "egress-proxies"),
@@ -101,7 +111,7 @@ def test_the_deployment_keeps_its_invariants() -> None:
     }
     secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     assert secrets == {"passphrase": "stack-passphrase", "discovery-tokens": "discovery-tokens"}
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["EGRESS_PROXIES_PASSPHRASE_FILE"] == "/etc/egress-proxies/passphrase/passphrase"
     service = built[("Service", "egress-proxies")]
     assert {port["name"] for port in service["spec"]["ports"]} == {"discovery", "metrics"}

@@ -1,0 +1,167 @@
+"""Several operators, one at work: kopf peering, and who among the peers may sweep.
+
+kopf keeps a keep-alive per running operator in the status of one peering
+object (ClusterKopfPeering for an operator that watches every namespace, a
+KopfPeering per namespace for one limited to some) and pauses its handlers
+while another live peer has a higher or the same priority. The orphan GC runs
+beside kopf, not inside it, so it reads the same object and applies the same
+rule: it sweeps only while no other live peer has a priority at least its own.
+The object must exist for kopf to unpause, so the operator creates it when
+missing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import os
+import secrets
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from egress_proxies.kube import ApiError, KubeClient
+
+PEERING_GROUP = "kopf.dev"
+PEERING_VERSION = "v1"
+DEFAULT_PEERING = "egress-proxies"
+
+
+class PeeringError(RuntimeError):
+    """The peering object is missing and cannot be created."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One operator's keep-alive, as kopf writes it."""
+
+    identity: str
+    priority: int
+    deadline: datetime.datetime
+
+
+def new_identity(env: Mapping[str, str]) -> str:
+    """This process's peer name: POD_ID (the pod name in deploy/), else user@host/pid/random."""
+    pod = env.get("POD_ID")
+    if pod:
+        return pod
+    return f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(2)}"
+
+
+def peering_paths(name: str, namespaces: Sequence[str]) -> list[str]:
+    """The peering objects an operator takes part in: one cluster-wide, or one per namespace."""
+    base = f"/apis/{PEERING_GROUP}/{PEERING_VERSION}"
+    if not namespaces:
+        return [f"{base}/clusterkopfpeerings/{name}"]
+    return [f"{base}/namespaces/{ns}/kopfpeerings/{name}" for ns in namespaces]
+
+
+def parse_peers(status: Mapping[str, Any]) -> list[Peer]:
+    """The peers in a peering object's status; an entry that does not parse is ignored."""
+    peers = []
+    for identity, entry in status.items():
+        if not isinstance(entry, Mapping):
+            continue
+        try:
+            lastseen = datetime.datetime.fromisoformat(str(entry["lastseen"]))
+            lifetime = datetime.timedelta(seconds=int(entry.get("lifetime", 60)))
+            priority = int(entry.get("priority", 0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if lastseen.tzinfo is None:
+            lastseen = lastseen.replace(tzinfo=datetime.UTC)
+        peers.append(Peer(identity=identity, priority=priority, deadline=lastseen + lifetime))
+    return peers
+
+
+def sweep_blocker(
+    peers: Sequence[Peer], identity: str, priority: int, now: datetime.datetime
+) -> str | None:
+    """Why this operator must not sweep now, or None when it is the one peer at work.
+
+    kopf's rule: a live peer with a higher priority pauses us; one with the
+    same priority pauses both. Until our own keep-alive is visible we don't
+    know that kopf is running, so we wait too.
+    """
+    live = [peer for peer in peers if peer.deadline > now]
+    if not any(peer.identity == identity for peer in live):
+        return f"this operator ({identity}) has no live keep-alive in the peering object yet"
+    rivals = sorted(
+        (peer for peer in live if peer.identity != identity and peer.priority >= priority),
+        key=lambda peer: (-peer.priority, peer.identity),
+    )
+    if not rivals:
+        return None
+    rival = rivals[0]
+    if rival.priority > priority:
+        return f"{rival.identity} has a higher priority ({rival.priority} > {priority}) and sweeps"
+    return (
+        f"{rival.identity} runs with the same priority ({priority}): kopf pauses both "
+        "until one stops or gets another --priority"
+    )
+
+
+class Peering:
+    """This operator's place among its peers, read from the peering objects."""
+
+    def __init__(
+        self, client: KubeClient, name: str, priority: int, identity: str, namespaces: Sequence[str]
+    ) -> None:
+        self.name = name
+        self.priority = priority
+        self.identity = identity
+        self._client = client
+        self._paths = peering_paths(name, namespaces)
+
+    def __repr__(self) -> str:
+        return f"<Peering {self.name} [me: {self.identity} | priority: {self.priority}]>"
+
+    async def ensure(self) -> None:
+        """Create the peering objects that don't exist yet (kopf stays paused without them)."""
+        for path in self._paths:
+            try:
+                await self._client.get(path)
+                continue
+            except ApiError as error:
+                if error.status != 404:
+                    raise PeeringError(f"cannot read {path}: {error}") from error
+            await self._create(path)
+
+    async def _create(self, path: str) -> None:
+        collection, name = path.rsplit("/", 1)
+        kind = "ClusterKopfPeering" if "/clusterkopfpeerings" in collection else "KopfPeering"
+        body = {
+            "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
+            "kind": kind,
+            "metadata": {"name": name},
+        }
+        try:
+            await self._client.create(collection, body)
+        except ApiError as error:
+            if error.status == 409:
+                return
+            hint = (
+                "install crds/kopf-peering.yaml (deploy/ includes it)"
+                if error.status == 404
+                else "grant create on kopf.dev peerings (deploy/base/rbac.yaml) or create it"
+            )
+            raise PeeringError(
+                f"the peering object {path} is missing and cannot be created ({error}): "
+                f"{hint}, or run with --standalone"
+            ) from error
+
+    async def sweep_blocker(self) -> str | None:
+        """Why the GC must not sweep now (also when a peering object can't be read), or None."""
+        now = datetime.datetime.now(datetime.UTC)
+        for path in self._paths:
+            try:
+                body = await self._client.get(path)
+            except (ApiError, OSError) as error:
+                return f"reading the peering object {path} failed: {error}"
+            reason = sweep_blocker(
+                parse_peers(body.get("status") or {}), self.identity, self.priority, now
+            )
+            if reason:
+                return reason
+        return None
