@@ -39,7 +39,8 @@ from egress_proxies.operator.handlers import (
     register,
 )
 from egress_proxies.operator.health_status import HealthStatusPump
-from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, new_identity
+from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, peer_identity
+from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
@@ -126,7 +127,8 @@ class Operator:
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
         self.spans = Spans(trace_probes=settings.trace_health_probes)
-        self.identity = new_identity(os.environ)
+        self.claim = StateDirClaim.acquire(settings.state_dir)
+        self.identity = peer_identity(os.environ, self.claim.peer_identity())
         self.peering = (
             Peering(
                 self.client,
@@ -282,6 +284,7 @@ class Operator:
         finally:
             await self.client.close()
             await asyncio.to_thread(self.runner.close)
+            self.claim.release()
 
 
 class _TracedProber:
@@ -313,7 +316,13 @@ def run_operator(settings: OperatorSettings) -> int:
     setup_tracing(os.environ)
     try:
         operator = Operator(settings)
-    except (ConfigurationError, SweepRefusedError, KeyError, FileNotFoundError) as error:
+    except (
+        ConfigurationError,
+        StateDirBusyError,
+        SweepRefusedError,
+        KeyError,
+        FileNotFoundError,
+    ) as error:
         logger.error("cannot start: %s", error)
         return 2
 

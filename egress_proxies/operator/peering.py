@@ -13,10 +13,6 @@ missing.
 from __future__ import annotations
 
 import datetime
-import getpass
-import os
-import secrets
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +37,14 @@ class Peer:
     deadline: datetime.datetime
 
 
-def new_identity(env: Mapping[str, str]) -> str:
-    """This process's peer name: POD_ID (the pod name in deploy/), else user@host/pid/random."""
-    pod = env.get("POD_ID")
-    if pod:
-        return pod
-    return f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(2)}"
+def peer_identity(env: Mapping[str, str], default: str) -> str:
+    """This operator's peer name: POD_ID (the pod name in deploy/), else `default`.
+
+    A restarted operator must come back under the same name: kopf would
+    otherwise see its killed predecessor's keep-alive as a live peer with the
+    same priority and pause until it expires (60 s).
+    """
+    return env.get("POD_ID") or default
 
 
 def peering_paths(name: str, namespaces: Sequence[str]) -> list[str]:

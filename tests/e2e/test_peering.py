@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 from pathlib import Path
 
 from egress_proxies.kube import KubeClient
@@ -52,10 +51,7 @@ async def logged(operator: OperatorProcess, text: str, timeout: float = 60) -> N
 async def test_the_higher_priority_operator_works_and_sweeps_the_other_takes_over(
     kube: KubeClient, dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
 ) -> None:
-    # One backend and passphrase for both, as one state volume would be after a failover.
     shared = {
-        "EGRESS_PROXIES_STATE_DIR": str(tmp_path / "shared-state"),
-        "PULUMI_CONFIG_PASSPHRASE": secrets.token_urlsafe(16),
         "EGRESS_PROXIES_GC_INTERVAL_SECONDS": "2",
         "EGRESS_PROXIES_GC_MIN_AGE_SECONDS": "1",
     }
@@ -79,6 +75,9 @@ async def test_the_higher_priority_operator_works_and_sweeps_the_other_takes_ove
         assert "GC deleting" not in standby.log_text()
         assert "GC sweep finished" not in standby.log_text()
         assert not [call for call in standby.pulumi_invocations() if "up" in call.split()]
+        # Each operator has its own state dir, so the leader deletes what it made.
+        await kube.delete(proxy_path(namespace, "shared"))
+        await wait_gone(kube, proxy_path(namespace, "shared"))
 
         leader.stop()
         await logged(standby, "Resuming operations after the pause")
@@ -88,10 +87,14 @@ async def test_the_higher_priority_operator_works_and_sweeps_the_other_takes_ove
         )
         assert "pods/" + namespace + "/orphan-after-failover" in standby.log_text()
 
-        # The standby now owns the Proxy: deleting it destroys the shared stack.
-        await kube.delete(proxy_path(namespace, "shared"))
-        await wait_gone(kube, proxy_path(namespace, "shared"))
-        assert any("destroy" in call.split() for call in standby.pulumi_invocations())
+        # The standby's handlers run now: it provisions and deletes.
+        await kube.create(proxy_path(namespace), managed_proxy("after-failover"))
+        await wait_for_condition(kube, namespace, "after-failover", "Provisioned", "True")
+        await kube.delete(proxy_path(namespace, "after-failover"))
+        await wait_gone(kube, proxy_path(namespace, "after-failover"))
+        calls = [call.split() for call in standby.pulumi_invocations()]
+        assert any("up" in call for call in calls)
+        assert any("destroy" in call for call in calls)
     finally:
         leader.stop()
         standby.stop()

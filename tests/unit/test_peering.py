@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import datetime
 
-import pytest
-
 from egress_proxies.operator.peering import (
     Peer,
-    new_identity,
     parse_peers,
+    peer_identity,
     peering_paths,
     sweep_blocker,
 )
@@ -74,10 +72,7 @@ def test_cluster_wide_uses_one_cluster_peering_namespaced_one_per_namespace() ->
     ]
 
 
-@pytest.mark.parametrize(("env", "prefix"), [({"POD_ID": "op-7f9"}, "op-7f9"), ({}, "")])
-def test_identity_is_the_pod_name_in_a_cluster(env: dict[str, str], prefix: str) -> None:
-    identity = new_identity(env)
-    assert identity.startswith(prefix)
-    if not env:
-        assert "@" in identity
-        assert identity != new_identity(env)
+def test_identity_is_the_pod_name_in_a_cluster_else_the_stored_one() -> None:
+    assert peer_identity({"POD_ID": "op-7f9"}, "me@host/1234") == "op-7f9"
+    assert peer_identity({"POD_ID": ""}, "me@host/1234") == "me@host/1234"
+    assert peer_identity({}, "me@host/1234") == "me@host/1234"

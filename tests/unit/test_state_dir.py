@@ -1,0 +1,53 @@
+"""One live operator per state dir, and a peer name that survives restarts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from egress_proxies.operator.state_dir import StateDirClaim
+StateDirClaim.acquire(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_second_claim_is_refused_while_the_first_is_held(tmp_path: Path) -> None:
+    first = StateDirClaim.acquire(tmp_path / "state")
+    with pytest.raises(StateDirBusyError, match=r"another operator \(pid \d+\) is using"):
+        StateDirClaim.acquire(tmp_path / "state")
+    first.release()
+    StateDirClaim.acquire(tmp_path / "state").release()
+
+
+def test_a_killed_holder_leaves_the_state_dir_free(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(StateDirBusyError, match=f"pid {holder.pid}"):
+            StateDirClaim.acquire(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    StateDirClaim.acquire(tmp_path).release()
+
+
+def test_the_peer_identity_is_made_once_and_kept(tmp_path: Path) -> None:
+    claim = StateDirClaim.acquire(tmp_path)
+    identity = claim.peer_identity()
+    claim.release()
+    again = StateDirClaim.acquire(tmp_path)
+    assert again.peer_identity() == identity
+    assert "@" in identity
+    assert StateDirClaim.acquire(tmp_path / "other").peer_identity() != identity
