@@ -69,9 +69,19 @@ done
 kubectl get proxies -n demo -o wide
 
 step "A crawler leases the managed proxy in region eu and fetches the page through it"
-lease=$(curl -sS -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-  -d '{"selector": {"region": "eu"}, "ttlSeconds": 60, "target": "127.0.0.1"}' \
-  http://127.0.0.1:8090/v1/leases)
+# A freshly (re)started operator knows a proxy once its watch has listed it and
+# its health engine has probed it: until then a lease is refused (409), so retry.
+for attempt in $(seq 1 60); do
+  lease=$(curl -sS -w '\n%{http_code}' -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/json' \
+    -d '{"selector": {"region": "eu"}, "ttlSeconds": 60, "target": "127.0.0.1"}' \
+    http://127.0.0.1:8090/v1/leases)
+  code=${lease##*$'\n'}
+  lease=${lease%$'\n'*}
+  [ "$code" = 409 ] || break
+  [ "$attempt" = 1 ] && echo "waiting for the operator to probe the proxy..."
+  sleep 1
+done
 echo "$lease" | "$py" -m json.tool | sed 's/"password": ".*"/"password": "<redacted>"/; s#//crawler:[^@]*@#//crawler:<redacted>@#'
 proxy_url=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["proxy"]["urlWithCredentials"])')
 lease_id=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["leaseId"])')
