@@ -157,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cluster.run_foreground(args.state_dir, args.crds)
         return cluster.stop(args.state_dir)
     if args.command == "run":
+        # pulumi reads TRACEPARENT when imported and installs its own tracer
+        # provider: OTEL_* would be ignored and every span would join that trace.
+        os.environ.pop("TRACEPARENT", None)
+        os.environ.pop("TRACESTATE", None)
         # Imported here: kopf and pulumi take a second to import, dev-cluster needs neither.
         from egress_proxies.operator.app import (  # noqa: PLC0415
             OperatorSettings,

@@ -9,12 +9,14 @@ view of live Proxies is incomplete.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
@@ -65,6 +67,19 @@ class GcMetrics:
         """One sweep finished."""
 
 
+class StackRecorder(Protocol):
+    """Times stack operations and counts their results (telemetry's StackMetrics fits)."""
+
+    def measure(self, op: str) -> AbstractContextManager[None]:
+        """A block that records one operation."""
+        ...
+
+
+class _Unrecorded:
+    def measure(self, op: str) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
 class Sweeper:
     """Deletes provably orphaned instances, destroys stacks of gone Proxies, re-reconciles drift."""
 
@@ -80,6 +95,7 @@ class Sweeper:
         interval: datetime.timedelta = DEFAULT_INTERVAL,
         min_age: datetime.timedelta = DEFAULT_MIN_AGE,
         metrics: GcMetrics | None = None,
+        stack_metrics: StackRecorder | None = None,
         spans: Spans | None = None,
         gate: Gate = always_sweep,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
@@ -97,6 +113,7 @@ class Sweeper:
         self._interval = interval
         self._min_age = min_age
         self._metrics = metrics or GcMetrics()
+        self._stack_metrics = stack_metrics or _Unrecorded()
         self._spans = spans or Spans()
         self._gate = gate
         self._clock = clock
@@ -191,7 +208,11 @@ class Sweeper:
         for stack in plan.destroy_stacks:
             logger.warning("WARNING: GC destroying stack %s: its Proxy is gone", stack)
             try:
-                await self._runner.destroy(stack)
+                with (
+                    self._stack_metrics.measure("destroy"),
+                    self._spans.stack_operation("destroy", stack),
+                ):
+                    await self._runner.destroy(stack)
             except StackOperationError as error:
                 failures.append(f"{stack}: {error}")
                 continue

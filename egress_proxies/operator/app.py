@@ -168,6 +168,7 @@ class Operator:
             interval=settings.gc_interval,
             min_age=settings.gc_min_age,
             metrics=self.metrics.gc,
+            stack_metrics=self.metrics.stacks,
             spans=self.spans,
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
         )

@@ -97,7 +97,7 @@ class ProxyPhaseCollector(Collector):
 
 
 class StackMetrics:
-    """Pulumi stack operations by op (up, destroy, refresh) and result, and their duration."""
+    """Pulumi stack operations by op (up, destroy) and result, and their duration."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._operations = Counter(

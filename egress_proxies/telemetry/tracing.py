@@ -96,7 +96,12 @@ def setup_tracing(env: Mapping[str, str]) -> bool:
         provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
     if trace.get_tracer_provider() is not provider:
-        logger.warning("tracing stays off: another TracerProvider was installed first")
+        logger.warning(
+            "tracing stays off: another TracerProvider was installed first%s",
+            " (with TRACEPARENT set, importing pulumi installs its own: unset it)"
+            if env.get("TRACEPARENT")
+            else "",
+        )
         provider.shutdown()
         return False
     logger.info("tracing on: exporting spans to %s", ", ".join(name for name, _ in exporters))
@@ -165,7 +170,7 @@ class Spans:
         return self.tracer.start_as_current_span("reconcile", Context(), attributes=attributes)
 
     def stack_operation(self, op: str, stack: str) -> AbstractContextManager[trace.Span]:
-        """A child span `stack.<op>` (up, destroy, refresh) of the current span."""
+        """A child span `stack.<op>` (up, destroy) of the current span."""
         return self.tracer.start_as_current_span(
             f"stack.{op}", attributes={ATTR_STACK: stack, ATTR_OPERATION: op}
         )

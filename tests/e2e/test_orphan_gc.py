@@ -6,7 +6,9 @@ import asyncio
 import re
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import FINALIZER, UID_LABEL
@@ -110,3 +112,18 @@ async def test_a_stack_whose_proxy_vanished_is_destroyed(
 
     await wait_for(cleaned, timeout=120)
     assert "WARNING: GC destroying stack" in operator.log_text()
+
+    async def sweep_done() -> bool:
+        return "destroyed 1," in operator.log_text()
+
+    await wait_for(sweep_done, timeout=30)
+    async with aiohttp.ClientSession() as session, session.get(operator.metrics_url) as response:
+        exposition = await response.text()
+    destroys = [
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == "egress_proxies_stack_operations_total"
+        and sample.labels == {"op": "destroy", "result": "ok"}
+    ]
+    assert destroys == [1.0], "the GC's destroy is counted like the handlers' ones"

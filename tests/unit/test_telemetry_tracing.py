@@ -143,6 +143,29 @@ def test_an_otlp_endpoint_alone_turns_tracing_on() -> None:
     assert result_line(done.stdout) == ["True", "TracerProvider", "True"]
 
 
+def test_a_traceparent_in_the_environment_is_named_when_pulumi_took_the_provider() -> None:
+    # pulumi reads TRACEPARENT when imported and installs its own SDK provider.
+    script = "import pulumi\n" + SCRIPT
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACEPARENT"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={
+            **clean,
+            "OTEL_TRACES_EXPORTER": "console",
+            "TRACEPARENT": f"00-{INCOMING_TRACE}-{INCOMING_SPAN}-01",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result_line(done.stdout)[:2] == ["False", "TracerProvider"]
+    assert (
+        "WARNING tracing stays off: another TracerProvider was installed first "
+        "(with TRACEPARENT set, importing pulumi installs its own: unset it)"
+    ) in done.stderr
+
+
 def test_console_prints_the_reconcile_tree_and_logs_carry_its_ids() -> None:
     done = run_script(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="")
     assert result_line(done.stdout) == ["True", "TracerProvider", "True"]
