@@ -127,6 +127,7 @@ class Operator:
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
         self.spans = Spans(trace_probes=settings.trace_health_probes)
+        self.failed = False
         self.claim = StateDirClaim.acquire(settings.state_dir)
         self.identity = peer_identity(os.environ, self.claim.peer_identity())
         self.peering = (
@@ -256,6 +257,8 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
             ]
+            for task in background[1:]:
+                task.add_done_callback(lambda done: self._component_ended(done, stop))
             try:
                 await self._run_kopf(stop_flag)
             finally:
@@ -264,6 +267,22 @@ class Operator:
                 await asyncio.gather(*background, return_exceptions=True)
                 for server in servers:
                     await server.cleanup()
+
+    def _component_ended(self, task: asyncio.Task[None], stop: asyncio.Event) -> None:
+        """A component that runs forever ended: say so loudly and stop the whole operator.
+
+        Half an operator (say, no health engine) would keep answering and
+        never make a Proxy Ready again; exiting lets the Deployment restart it.
+        """
+        if task.cancelled() or stop.is_set():
+            return
+        self.failed = True
+        logger.error(
+            "%s stopped unexpectedly; stopping the operator",
+            task.get_name(),
+            exc_info=task.exception(),
+        )
+        stop.set()
 
     async def _run_kopf(self, stop_flag: asyncio.Future[None]) -> None:
         try:
@@ -339,6 +358,6 @@ def run_operator(settings: OperatorSettings) -> int:
             await operator.client.close()
             await asyncio.to_thread(operator.runner.close)
             return 2
-        return 0
+        return 1 if operator.failed else 0
 
     return asyncio.run(main())

@@ -143,8 +143,10 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings)
 
+    # Every handler that touches the fleet is async: kopf runs sync handlers in
+    # worker threads, and the fleet is read on the event loop without locks.
     @kopf.on.event(*resource, registry=registry)
-    def proxy_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    async def proxy_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
             c.fleet.remove_proxy(meta["namespace"], meta["name"])
@@ -153,7 +155,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         else:
             c.fleet.put_proxy(dict(body))
 
-    def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
             c.fleet.remove_secret(meta["namespace"], meta["name"])
@@ -167,7 +169,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
     @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
     async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
-        secret_event(event, body)
+        await secret_event(event, body)
         meta = body["metadata"]
         revision = meta.get("resourceVersion", "") if event["type"] != "DELETED" else "deleted"
         for proxy in c.fleet.referencing_cloud_init(meta["namespace"], meta["name"]):

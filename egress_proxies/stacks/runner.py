@@ -19,6 +19,7 @@ import asyncio
 import datetime
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class StackRunner:
         self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="pulumi")
         self._locks: dict[str, asyncio.Lock] = {}
         self._command: auto.PulumiCommand | None = None
+        self._command_lock = threading.Lock()
         self._running = 0
 
     def __repr__(self) -> str:
@@ -145,12 +147,15 @@ class StackRunner:
             self._running -= 1
 
     def _pulumi(self) -> auto.PulumiCommand:
-        if self._command is None:
-            root = self._settings.pulumi_root
-            self._command = auto.PulumiCommand(
-                root=str(root) if root else None, skip_version_check=True
-            )
-        return self._command
+        # Pool threads ask at once when the first operations start together; the
+        # lock keeps it to one PulumiCommand and one `pulumi version` per process.
+        with self._command_lock:
+            if self._command is None:
+                root = self._settings.pulumi_root
+                self._command = auto.PulumiCommand(
+                    root=str(root) if root else None, skip_version_check=True
+                )
+            return self._command
 
     def _env(self) -> dict[str, str]:
         return {

@@ -1,0 +1,35 @@
+"""One PulumiCommand, and so one `pulumi version`, per runner, even when the first ops race."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from egress_proxies.devcluster import toolchain
+from egress_proxies.stacks.runner import RunnerSettings, StackRunner
+
+
+def test_threads_asking_at_once_share_one_command(tmp_path: Path) -> None:
+    calls = tmp_path / "calls.log"
+    (tmp_path / "root" / "bin").mkdir(parents=True)
+    wrapper = tmp_path / "root" / "bin" / "pulumi"
+    # A slow `version` widens the window in which the threads race.
+    wrapper.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\nsleep 0.3\nexec {toolchain.find("pulumi")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    runner = StackRunner(
+        RunnerSettings(
+            state_dir=tmp_path / "state",
+            passphrase="test",
+            concurrency=4,
+            pulumi_root=tmp_path / "root",
+        )
+    )
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            commands = list(pool.map(lambda _: runner._pulumi(), range(4)))
+    finally:
+        runner.close()
+    assert len({id(command) for command in commands}) == 1
+    assert calls.read_text().split() == ["version"]
