@@ -49,10 +49,14 @@ async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, An
 
 
 async def fetch_through(proxy_url: str, auth: str | None, origin_url: str) -> int:
-    proxy_auth = aiohttp.BasicAuth(*auth.split(":", 1)) if auth else None
+    headers = (
+        {"Proxy-Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
+        if auth
+        else None
+    )
     async with (
         aiohttp.ClientSession() as session,
-        session.get(origin_url, proxy=proxy_url, proxy_auth=proxy_auth) as response,
+        session.get(origin_url, proxy=proxy_url, proxy_headers=headers) as response,
     ):
         if response.status == 200:
             assert await response.text() == ORIGIN_BODY
