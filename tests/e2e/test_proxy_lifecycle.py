@@ -49,6 +49,7 @@ async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, An
 
 
 async def fetch_through(proxy_url: str, auth: str | None, origin_url: str) -> int:
+    # Plain HTTP through a proxy: the header goes with the request itself.
     headers = (
         {"Proxy-Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
         if auth
@@ -56,7 +57,7 @@ async def fetch_through(proxy_url: str, auth: str | None, origin_url: str) -> in
     )
     async with (
         aiohttp.ClientSession() as session,
-        session.get(origin_url, proxy=proxy_url, proxy_headers=headers) as response,
+        session.get(origin_url, proxy=proxy_url, headers=headers) as response,
     ):
         if response.status == 200:
             assert await response.text() == ORIGIN_BODY
