@@ -117,9 +117,8 @@ class LoopbackKubelet:
             await self.stop_all()
 
     async def stop_all(self) -> None:
-        """Stop every squid this kubelet started."""
-        for pod in list(self._pods.values()):
-            await self._stop(pod)
+        """Stop every squid this kubelet started, all at once (each takes about a second)."""
+        await asyncio.gather(*(self._stop(pod) for pod in list(self._pods.values())))
         self._pods.clear()
 
     async def _watch(self, resource_version: str) -> None:
