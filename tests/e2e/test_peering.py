@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import UID_LABEL
+from egress_proxies.operator.state_dir import StateDirClaim
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -102,3 +106,27 @@ async def test_the_higher_priority_operator_works_and_sweeps_the_other_takes_ove
 
 async def _absent(kube: KubeClient, namespace: str, name: str) -> bool:
     return name not in await pod_names(kube, namespace)
+
+
+def test_a_second_operator_on_a_held_state_dir_refuses_to_start(
+    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
+) -> None:
+    held = StateDirClaim.acquire(tmp_path / "state")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "egress_proxies.cli", "run", "--namespace", namespace],
+            env={
+                **os.environ,
+                "KUBECONFIG": str(dev_cluster.kubeconfig),
+                "EGRESS_PROXIES_STATE_DIR": str(tmp_path / "state"),
+                "PULUMI_CONFIG_PASSPHRASE": "unused",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        held.release()
+    assert done.returncode == 2, done.stderr
+    assert f"another operator (pid {os.getpid()}) is using the state dir" in done.stderr
