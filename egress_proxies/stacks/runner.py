@@ -165,6 +165,13 @@ class StackRunner:
             "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
+            # The kubernetes provider applies server-side under a field manager
+            # name of its own per run. An `up` killed after the API server created
+            # an object but before the checkpoint recorded it leaves fields owned
+            # by that run's manager; the next `up` must take them over (force), or
+            # it fails with a field conflict for good once the spec has changed.
+            # Every object a stack writes is named after its Proxy and owned by it.
+            "PULUMI_K8S_ENABLE_PATCH_FORCE": "true",
             "PATH": os.environ.get("PATH", ""),
             **self._settings.extra_env,
         }

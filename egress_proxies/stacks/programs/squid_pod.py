@@ -20,6 +20,10 @@ import pulumi
 # thread-safe (a concurrent first access raised AttributeError: no 'Secret').
 from pulumi_kubernetes.core.v1 import ConfigMap, Pod, Secret
 
+# pulumi resolves the input types' hints (ObjectMetaArgs in meta.v1) while it
+# serializes resources, so that module is loaded here too.
+from pulumi_kubernetes.meta.v1 import ObjectMetaArgs as _ObjectMetaArgs  # noqa: F401
+
 from egress_proxies.model import UID_LABEL
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
