@@ -57,9 +57,8 @@ import pulumi
 from pulumi import automation as auto
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
-from egress_proxies.devcluster import Credentials, KubeClient, StateLayout, toolchain
+from egress_proxies.devcluster import KubeClient, toolchain
 from egress_proxies.devcluster.cluster import stop as dev_cluster_down
-from egress_proxies.devcluster.processes import spawn
 from egress_proxies.health import HttpProber
 from egress_proxies.model import PROVISIONED, ProxySpec, find_condition
 from egress_proxies.operator.reconcile import spec_hash
@@ -67,7 +66,7 @@ from egress_proxies.operator.status import status_of
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name, stack_name
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
-from tests.conftest import ClusterHandle, wait_for
+from tests.conftest import ClusterHandle, start_supervised_cluster, wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
     counting_pulumi_root,
@@ -149,32 +148,13 @@ class Rss:
 @contextlib.contextmanager
 def dev_cluster(state: Path) -> Iterator[ClusterHandle]:
     """A dev cluster whose supervisor is a child of this process (it dies with it)."""
-    layout = StateLayout(state)
-    supervisor = spawn(
-        "supervisor",
-        [
-            sys.executable,
-            "-m",
-            "egress_proxies.cli",
-            "dev-cluster",
-            "up",
-            "--state-dir",
-            str(state),
-        ],
-        pid_dir=state / "bench-pids",
-        log=state / "supervisor.log",
-    )
+    supervisor, handle = start_supervised_cluster(state, state / "bench-pids")
     try:
-        deadline = time.monotonic() + 180
-        while not layout.ready.exists():
-            if not supervisor.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
-            time.sleep(0.2)
-        yield ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+        yield handle
     finally:
-        # `dev-cluster down`: its kubelet stops squids one by one, so a large fleet
-        # outlasts the grace period; then the supervisor is killed (the kernel takes its
-        # children along) and what its pid files still name is reaped, its pod dirs removed.
+        # `dev-cluster down`: a large fleet can outlast the grace period; then the
+        # supervisor is killed (the kernel takes its children along) and what its pid
+        # files still name is reaped, its pod dirs removed.
         dev_cluster_down(state, timeout=STOP_GRACE_SECONDS)
         supervisor.stop()
 

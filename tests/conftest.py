@@ -16,7 +16,7 @@ from typing import TypeVar
 import pytest
 
 from egress_proxies.devcluster import ApiError, Credentials, KubeClient, StateLayout, toolchain
-from egress_proxies.devcluster.processes import spawn
+from egress_proxies.devcluster.processes import Child, spawn
 
 T = TypeVar("T")
 
@@ -34,10 +34,11 @@ class ClusterHandle:
         return self.layout.kubeconfig
 
 
-@pytest.fixture(scope="session")
-def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    """One dev cluster for the whole run, supervised by a child that dies with pytest."""
-    state = tmp_path_factory.mktemp("dev-cluster")
+def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, ClusterHandle]:
+    """`dev-cluster up` as a child that dies with this process; returns once it is ready.
+
+    Raises RuntimeError with the supervisor's log tail when it does not start.
+    """
     layout = StateLayout(state)
     supervisor = spawn(
         "supervisor",
@@ -50,17 +51,28 @@ def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHan
             "--state-dir",
             str(state),
         ],
-        pid_dir=state / "test-pids",
+        pid_dir=pid_dir,
         log=state / "supervisor.log",
     )
     deadline = time.monotonic() + 180
     while not layout.ready.exists():
         if not supervisor.alive() or time.monotonic() > deadline:
             supervisor.stop()
-            pytest.fail(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
+            raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
         time.sleep(0.2)
+    return supervisor, ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """One dev cluster for the whole run, supervised by a child that dies with pytest."""
+    state = tmp_path_factory.mktemp("dev-cluster")
     try:
-        yield ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+        supervisor, handle = start_supervised_cluster(state, state / "test-pids")
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
+        yield handle
     finally:
         os.kill(supervisor.process.pid, signal.SIGTERM)
         try:
