@@ -173,6 +173,9 @@ class Sweeper:
             except InventoryError as error:
                 return SweepReport(skipped=f"listing {inventory.provider} failed: {error}")
         stacks = await asyncio.to_thread(read_stack_records, self._runner.backend)
+        # A lock of a pulumi killed mid-operation is otherwise cleared only by the
+        # next operation on that stack, which never comes once the stack is removed.
+        await asyncio.to_thread(self._runner.backend.clear_stale_locks)
         plan = plan_sweep(proxies, stacks, listings, now=self._clock(), min_age=self._min_age)
         return await self._act(plan)
 
