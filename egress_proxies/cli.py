@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("EGRESS_PROXIES_GC_ALLOW_NAMESPACED") == "true",
         help="sweep even when watching only some namespaces",
     )
+    for flag, variable, default, meaning in RETRY_FLAGS:
+        run.add_argument(
+            flag,
+            type=float,
+            default=float(os.environ.get(variable, str(default))),
+            help=f"{meaning} (${variable}, default {default:g})",
+        )
     run.add_argument(
         "--peering",
         default=os.environ.get("EGRESS_PROXIES_PEERING", "egress-proxies"),
@@ -136,6 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
         "operator is guaranteed to run alone",
     )
     return parser
+
+
+# (flag, variable, default seconds, meaning): the RetryPolicy, docs/operator.md "Retries".
+RETRY_FLAGS = (
+    ("--retry-base", "EGRESS_PROXIES_RETRY_BASE_SECONDS", 5.0, "seconds before the first retry"),
+    ("--retry-cap", "EGRESS_PROXIES_RETRY_CAP_SECONDS", 300.0, "longest retry backoff, seconds"),
+    (
+        "--instance-start-timeout",
+        "EGRESS_PROXIES_INSTANCE_START_TIMEOUT_SECONDS",
+        60.0,
+        "seconds an instance may stay stuck (image pull, crash loop) before it is replaced",
+    ),
+    (
+        "--instance-ready-timeout",
+        "EGRESS_PROXIES_INSTANCE_READY_TIMEOUT_SECONDS",
+        300.0,
+        "seconds an instance may take to become ready before it is replaced",
+    ),
+)
 
 
 def _env_path(name: str) -> Path | None:
@@ -168,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             passphrase_from_env,
             run_operator,
         )
+        from egress_proxies.operator.backoff import RetryPolicy  # noqa: PLC0415
 
         return run_operator(
             OperatorSettings(
@@ -181,6 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 gc_interval=datetime.timedelta(seconds=args.gc_interval),
                 gc_min_age=datetime.timedelta(seconds=args.gc_min_age),
                 gc_allow_namespaced=args.gc_allow_namespaced,
+                retry=RetryPolicy(
+                    base=datetime.timedelta(seconds=args.retry_base),
+                    cap=datetime.timedelta(seconds=args.retry_cap),
+                    start_timeout=datetime.timedelta(seconds=args.instance_start_timeout),
+                    ready_timeout=datetime.timedelta(seconds=args.instance_ready_timeout),
+                ),
                 peering=None if args.standalone else args.peering,
                 priority=args.priority,
                 discovery_host=args.discovery_host,

@@ -25,6 +25,8 @@ SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 FINALIZER = f"{GROUP}/finalizer"
 
 DEFAULT_SQUID_IMAGE = "ubuntu/squid:6.10-24.10_beta"
+# The `proxy` user of the Ubuntu and Debian squid images.
+SQUID_IMAGE_UID = 13
 
 
 class _Model(BaseModel):
@@ -98,10 +100,18 @@ class CloudInit(_Model):
 
 
 class KubernetesSpec(_Model):
-    """A Squid pod in the operator's cluster."""
+    """A Squid pod in the operator's cluster, meeting Pod Security "restricted".
+
+    The pod runs as `runAsUser`/`runAsGroup` (the squid image's `proxy` user,
+    13/13 on Ubuntu and Debian images; set them for an image whose squid
+    user differs), never as root. `resources` replaces the default
+    requests and limits whole.
+    """
 
     image: Annotated[str, Field(min_length=1, max_length=512)] = DEFAULT_SQUID_IMAGE
     resources: dict[str, dict[str, str]] | None = None
+    run_as_user: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
+    run_as_group: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
 
 
 class GcpSpec(_Model):
@@ -192,6 +202,16 @@ class Phase(StrEnum):
     DELETING = "Deleting"
 
 
+class Backoff(_Model):
+    """Failures in a row of a Proxy's instance or stack operations, and when it tries again."""
+
+    failures: Annotated[int, Field(ge=0)] = 0
+    last_failure_time: str | None = None
+    next_retry_time: str | None = None  # None once the retry has run
+    failed_instance: str | None = None  # the incarnation that failed (a pod UID), if any
+    generation: int | None = None  # the spec generation that failed
+
+
 class ProxyStatus(_Model):
     """What the operator observed. Each field has exactly one writer."""
 
@@ -204,12 +224,14 @@ class ProxyStatus(_Model):
     credentials_secret: str | None = None
     latency_millis: int | None = None
     last_health_check_time: str | None = None
+    backoff: Backoff | None = None
     conditions: list[Condition] = []
 
 
 PROVISIONED = "Provisioned"
 HEALTHY = "Healthy"
 PERMANENT_ERROR = "PermanentError"
+INSTANCE_FAILED = "InstanceFailed"
 
 
 def find_condition(conditions: list[Condition], kind: str) -> Condition | None:
@@ -225,7 +247,7 @@ def compute_phase(status: ProxyStatus, *, deleting: bool) -> Phase:
     healthy = find_condition(status.conditions, HEALTHY)
     if provisioned is None:
         return Phase.PENDING
-    if provisioned.reason == PERMANENT_ERROR:
+    if provisioned.reason in (PERMANENT_ERROR, INSTANCE_FAILED):
         return Phase.FAILED
     if provisioned.status != ConditionStatus.TRUE:
         return Phase.PROVISIONING

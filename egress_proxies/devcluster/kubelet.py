@@ -4,7 +4,10 @@ It owns every pod that has no nodeName (it binds them to its node) or is
 bound to its node. For each, it runs the pod's Squid as a real `squid`
 process on a unique 127.x.y.z address, reports the pod Running/Ready with
 that podIP, and stops the process and finalizes the pod when it is deleted.
-It restarts nothing on its own: a squid that exits leaves its pod Failed.
+A squid that exits is restarted in place, or fails its pod, as the pod's
+`restartPolicy` says; see docs/dev-cluster.md for what it emulates of a
+real kubelet (volume ownership and modes, the user a container runs as)
+and what it does not.
 """
 
 from __future__ import annotations
@@ -14,17 +17,21 @@ import contextlib
 import datetime
 import logging
 import os
-import pwd
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from egress_proxies.devcluster import toolchain
-from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.devcluster.processes import Child, Identity, spawn
 from egress_proxies.devcluster.squidpod import (
+    ERR_IMAGE_PULL,
+    PodPath,
     PodRejectedError,
+    RunAs,
     SquidPodPlan,
+    file_content,
     plan_pod,
     pod_file_layout,
     rewrite_config,
@@ -35,10 +42,14 @@ from egress_proxies.kube.client import ApiError, JsonObject, KubeClient
 logger = logging.getLogger(__name__)
 
 NODE_NAME = "loopback"
-SQUID_USER = "proxy"
 _READY_TIMEOUT = 20.0
 _MISSING_VOLUME_RETRY = 1.0
 _EXIT_POLL_SECONDS = 0.5
+_IMAGE_PULL_BACKOFF_AFTER = 3.0
+# A real kubelet's container restart back-off: 10 s, doubling, at most 5 minutes.
+_RESTART_BACKOFF_BASE = 10.0
+_RESTART_BACKOFF_CAP = 300.0
+_TERMINATION_LOG_LINES = 20
 
 
 def _now() -> str:
@@ -201,47 +212,99 @@ class LoopbackKubelet:
     async def _start(self, pod: JsonObject) -> None:
         meta = pod["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        container = ((pod.get("spec", {}).get("containers") or [{}])[0]).get("name", "")
         try:
             if not pod.get("spec", {}).get("nodeName"):
                 await self._bind(namespace, name, uid)
             plan = plan_pod(pod)
             address = self._addresses.assign(uid, pod.get("status", {}).get("podIP"))
-            child, port = await self._launch(pod, plan, address)
-            running = self._pods.get(uid)
-            if running is None or running.stopping:
-                child.stop()
-                return
-            running.child = child
-            await self._report_running(namespace, name, plan, address, child)
-            logger.info(
-                "pod %s/%s running squid pid %d on %s:%d",
-                namespace,
-                name,
-                child.process.pid,
-                address,
-                port,
-            )
-            # Polled, not waited for in a thread: a thread per running pod would
-            # exhaust the loop's default executor and stall every other pod.
-            while child.alive():  # noqa: ASYNC110 - a Popen has nothing to await
-                await asyncio.sleep(_EXIT_POLL_SECONDS)
-            exit_code = child.process.returncode
-            if not running.stopping:
-                await self._report_failed(
-                    namespace,
-                    name,
-                    "SquidExited",
-                    f"squid exited with code {exit_code}: {child.log_tail(5)}",
-                )
+            await self._run_container(pod, plan, address)
         except PodRejectedError as rejected:
             logger.warning("pod %s/%s rejected: %s", namespace, name, rejected.message)
-            await self._report_failed(namespace, name, rejected.reason, rejected.message)
+            if rejected.waiting:
+                await self._wait_forever(namespace, name, container, rejected)
+            else:
+                await self._report_failed(namespace, name, rejected.reason, rejected.message)
         except (toolchain.MissingToolError, OSError) as error:
             logger.warning("pod %s/%s cannot run: %s", namespace, name, error)
             await self._report_failed(namespace, name, "CannotRunSquid", str(error))
         except ApiError as error:
             if error.status != 404:
                 logger.warning("pod %s/%s: API error %s", namespace, name, error)
+
+    async def _run_container(self, pod: JsonObject, plan: SquidPodPlan, address: str) -> None:
+        """Run the container until the restart policy lets it end; report each state."""
+        meta = pod["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        restarts = 0
+        while True:
+            running = self._pods.get(uid)
+            if running is None or running.stopping:
+                return
+            try:
+                child, port = await self._launch(pod, plan, address)
+            except ContainerExitedError as exited:
+                ended = exited
+            else:
+                if running.stopping:
+                    child.stop()
+                    return
+                running.child = child
+                await self._report_running(namespace, name, plan, address, child, restarts)
+                logger.info(
+                    "pod %s/%s running squid pid %d on %s:%d",
+                    namespace,
+                    name,
+                    child.process.pid,
+                    address,
+                    port,
+                )
+                # Polled, not waited for in a thread: a thread per running pod would
+                # exhaust the loop's default executor and stall every other pod.
+                while child.alive():  # noqa: ASYNC110 - a Popen has nothing to await
+                    await asyncio.sleep(_EXIT_POLL_SECONDS)
+                ended = ContainerExitedError(
+                    child.process.returncode or 0, child.log_tail(_TERMINATION_LOG_LINES)
+                )
+            if running.stopping:
+                return
+            terminated = _terminated_state(ended, plan)
+            if not _restarts(plan.restart_policy, ended.exit_code):
+                await self._report_terminated(namespace, name, plan, terminated, restarts)
+                return
+            restarts += 1
+            delay = min(_RESTART_BACKOFF_CAP, _RESTART_BACKOFF_BASE * 2 ** (restarts - 1))
+            await self._report_container(
+                namespace,
+                name,
+                plan.container,
+                phase="Running",
+                state={
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {delay:.0f}s restarting failed container",
+                    }
+                },
+                restarts=restarts,
+                last_state={"terminated": terminated},
+            )
+            await asyncio.sleep(delay)
+
+    async def _wait_forever(
+        self, namespace: str, name: str, container: str, rejected: PodRejectedError
+    ) -> None:
+        """A container that cannot start stays waiting, as on a real node (image pull back-off)."""
+        state = {"waiting": {"reason": rejected.reason, "message": rejected.message}}
+        await self._report_container(namespace, name, container, phase="Pending", state=state)
+        if rejected.reason == ERR_IMAGE_PULL:
+            await asyncio.sleep(_IMAGE_PULL_BACKOFF_AFTER)
+            backoff = {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": f"Back-off pulling image: {rejected.message}",
+                }
+            }
+            await self._report_container(namespace, name, container, phase="Pending", state=backoff)
 
     async def _bind(self, namespace: str, name: str, uid: str) -> None:
         binding = {
@@ -258,7 +321,7 @@ class LoopbackKubelet:
         root, run = pod_dir / "root", pod_dir / "run"
         volumes = await self._fetch_volumes(meta["namespace"], plan)
         layout = pod_file_layout(plan, volumes)
-        config_text = layout.get(plan.config_path)
+        config_text = file_content(layout, plan.config_path)
         if config_text is None:
             raise PodRejectedError(
                 "InvalidConfig",
@@ -268,53 +331,48 @@ class LoopbackKubelet:
             config_text.decode(errors="replace"),
             pod_ip=address,
             pod_root=str(root),
-            run_dir=str(run),
             mount_paths=list(plan.mounts),
         )
-        await asyncio.to_thread(_write_pod_dir, pod_dir, layout, config)
+        identity = _identity(plan.run_as)
+        await asyncio.to_thread(_write_pod_dir, pod_dir, layout, config, plan.run_as)
         squid = str(toolchain.squid())
         config_file = str(run / "squid.conf")
         parsed = await asyncio.to_thread(
             subprocess.run,
-            [squid, "-k", "parse", "-f", config_file],
+            [*_as_identity(identity), squid, "-k", "parse", "-f", config_file],
             capture_output=True,
             text=True,
-            user=SQUID_USER,
             check=False,
         )
         if parsed.returncode != 0:
             errors = [
                 line for line in parsed.stderr.splitlines() if "ERROR" in line or "FATAL" in line
             ]
-            raise PodRejectedError(
-                "InvalidConfig",
-                "squid rejected the configuration: "
-                + ("; ".join(errors[-3:]) or parsed.stderr[-500:]),
-            )
+            raise ContainerExitedError(parsed.returncode, "\n".join(errors[-3:]) or parsed.stderr)
         child = spawn(
             f"squid-{meta['uid']}",
             [squid, "-N", "-f", config_file],
             pid_dir=self._pid_dir,
             log=run / "squid.out",
-            user=SQUID_USER,
+            user=identity,
         )
         if not await _listening(child, address, ports[0]):
-            tail = (
-                (run / "cache.log").read_text(errors="replace")[-800:]
-                if (run / "cache.log").exists()
-                else child.log_tail()
-            )
             child.stop()
-            raise PodRejectedError(
-                "SquidFailed", f"squid did not start listening on {address}:{ports[0]}: {tail}"
+            raise ContainerExitedError(
+                child.process.returncode or 1,
+                f"squid did not start listening on {address}:{ports[0]}\n"
+                + child.log_tail(_TERMINATION_LOG_LINES),
             )
         return child, ports[0]
 
     async def _fetch_volumes(
         self, namespace: str, plan: SquidPodPlan
-    ) -> dict[str, dict[str, bytes]]:
-        volumes: dict[str, dict[str, bytes]] = {}
-        for mount_path, (source, _) in plan.mounts.items():
+    ) -> dict[str, dict[str, tuple[bytes, int]]]:
+        volumes: dict[str, dict[str, tuple[bytes, int]]] = {}
+        for mount_path, mount in plan.mounts.items():
+            source = mount.source
+            if source.kind == "emptyDir":
+                continue
             plural = "configmaps" if source.kind == "configMap" else "secrets"
             while True:
                 try:
@@ -326,43 +384,103 @@ class LoopbackKubelet:
                     if error.status != 404:
                         raise
                     await asyncio.sleep(_MISSING_VOLUME_RETRY)  # the real kubelet waits too
-            volumes[mount_path] = volume_files(
-                source, body.get("data") or {}, secret=source.kind == "secret"
-            )
+            volumes[mount_path] = volume_files(source, body.get("data") or {})
         return volumes
 
     async def _report_running(
-        self, namespace: str, name: str, plan: SquidPodPlan, address: str, child: Child
+        self,
+        namespace: str,
+        name: str,
+        plan: SquidPodPlan,
+        address: str,
+        child: Child,
+        restarts: int,
     ) -> None:
         now = _now()
-        conditions = [
-            {"type": kind, "status": "True", "lastTransitionTime": now}
-            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-        ]
-        status = {
-            "status": {
-                "phase": "Running",
-                "hostIP": "127.0.0.1",
-                "hostIPs": [{"ip": "127.0.0.1"}],
+        await self._report_container(
+            namespace,
+            name,
+            plan.container,
+            phase="Running",
+            state={"running": {"startedAt": now}},
+            restarts=restarts,
+            ready=True,
+            extra={
                 "podIP": address,
                 "podIPs": [{"ip": address}],
+                "image": plan.image,
+                "containerID": f"loopback://{_squid_pid(child.process.pid)}",
+            },
+        )
+
+    async def _report_terminated(
+        self,
+        namespace: str,
+        name: str,
+        plan: SquidPodPlan,
+        terminated: JsonObject,
+        restarts: int,
+    ) -> None:
+        phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
+        await self._report_container(
+            namespace,
+            name,
+            plan.container,
+            phase=phase,
+            state={"terminated": terminated},
+            restarts=restarts,
+        )
+
+    async def _report_container(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        phase: str,
+        state: JsonObject,
+        restarts: int = 0,
+        ready: bool = False,
+        last_state: JsonObject | None = None,
+        extra: JsonObject | None = None,
+    ) -> None:
+        """Patch the pod's phase, conditions and its one container's status."""
+        now = _now()
+        extra = dict(extra or {})
+        image = extra.pop("image", "")
+        container_id = extra.pop("containerID", None)
+        flag = "True" if ready else "False"
+        conditions = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+        ]
+        container_status: JsonObject = {
+            "name": container,
+            "image": image,
+            "imageID": "",
+            "ready": ready,
+            "started": "running" in state,
+            "restartCount": restarts,
+            "state": state,
+            "lastState": last_state or {},
+        }
+        if container_id:
+            container_status["containerID"] = container_id
+        status = {
+            "status": {
+                "phase": phase,
+                "hostIP": "127.0.0.1",
+                "hostIPs": [{"ip": "127.0.0.1"}],
                 "startTime": now,
                 "conditions": conditions,
-                "containerStatuses": [
-                    {
-                        "name": plan.container,
-                        "image": plan.image,
-                        "imageID": "",
-                        "containerID": f"loopback://{child.process.pid}",
-                        "ready": True,
-                        "started": True,
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": now}},
-                    }
-                ],
+                "containerStatuses": [container_status],
+                **extra,
             }
         }
-        await self._client.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status)
+        with contextlib.suppress(ApiError):
+            await self._client.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status)
 
     async def _report_failed(self, namespace: str, name: str, reason: str, message: str) -> None:
         status = {
@@ -400,22 +518,101 @@ class LoopbackKubelet:
         await asyncio.to_thread(shutil.rmtree, self._pods_dir / pod.uid, True)
 
 
-def _write_pod_dir(pod_dir: Path, layout: dict[str, bytes], config: str) -> None:
-    proxy_user = pwd.getpwnam(SQUID_USER)
+class ContainerExitedError(Exception):
+    """The container's squid ended (or never served): its exit code and last log lines."""
+
+    def __init__(self, exit_code: int, log_tail: str) -> None:
+        super().__init__(f"exit code {exit_code}")
+        self.exit_code = exit_code
+        self.log_tail = log_tail
+
+
+def _restarts(policy: str, exit_code: int) -> bool:
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+def _terminated_state(ended: ContainerExitedError, plan: SquidPodPlan) -> JsonObject:
+    """A container's `terminated` state; its message is the log tail only if the pod asks."""
+    terminated: JsonObject = {
+        "exitCode": ended.exit_code,
+        "reason": "Completed" if ended.exit_code == 0 else "Error",
+        "finishedAt": _now(),
+    }
+    if plan.logs_as_termination_message and ended.exit_code != 0 and ended.log_tail:
+        terminated["message"] = ended.log_tail[-4096:]
+    return terminated
+
+
+def _identity(run_as: RunAs) -> Identity:
+    """The host identity of a container: its runAsUser, else root (the squid image's user)."""
+    if run_as.uid is None:
+        return Identity()
+    gid = run_as.gid if run_as.gid is not None else 0
+    return Identity(uid=run_as.uid, gid=gid, groups=run_as.groups)
+
+
+def _as_identity(identity: Identity) -> list[str]:
+    flags = identity.setpriv_flags()
+    return ["/usr/bin/setpriv", *flags, "--"] if flags else []
+
+
+def _squid_pid(pid: int) -> int:
+    """The squid process under `pid`: a root squid runs below its PID namespace's init."""
+    current = pid
+    for _ in range(3):
+        try:
+            argv0 = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")[0]
+            if Path(argv0.decode()).name == "squid":
+                return current
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except (OSError, IndexError):
+            return pid
+        if not children:
+            return pid
+        current = int(children[0])
+    return pid
+
+
+def _write_pod_dir(pod_dir: Path, layout: Sequence[PodPath], config: str, run_as: RunAs) -> None:
+    """Lay out the pod's files with a kubelet's owners and modes, and the kubelet's own files.
+
+    The rewritten squid.conf and the container log are the kubelet's, not the
+    pod's: root-owned and readable, the log owned by the container's user so
+    squid can reopen /dev/stdout and /dev/stderr as it could a pipe.
+    """
     shutil.rmtree(pod_dir, ignore_errors=True)
-    for in_pod_path, content in layout.items():
-        target = pod_dir / "root" / in_pod_path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+    root = pod_dir / "root"
+    root.mkdir(parents=True, mode=0o755)
+    for entry in layout:
+        target = root / entry.path.lstrip("/")
+        _make_parents(root, target.parent)
+        if entry.content is None:
+            target.mkdir(exist_ok=True)
+        else:
+            target.write_bytes(entry.content)
+        os.chown(target, entry.uid, entry.gid)
+        os.chmod(target, entry.mode)
     run = pod_dir / "run"
-    run.mkdir(parents=True, exist_ok=True)
+    run.mkdir(mode=0o755)
     (run / "squid.conf").write_text(config)
-    for directory, _, files in os.walk(pod_dir):
-        os.chown(directory, proxy_user.pw_uid, proxy_user.pw_gid)
-        os.chmod(directory, 0o750)
-        for file in files:
-            os.chown(os.path.join(directory, file), proxy_user.pw_uid, proxy_user.pw_gid)
-            os.chmod(os.path.join(directory, file), 0o640)
+    (run / "squid.conf").chmod(0o644)
+    log = run / "squid.out"
+    log.touch(mode=0o644)
+    if run_as.uid is not None:
+        os.chown(log, run_as.uid, run_as.gid if run_as.gid is not None else 0)
+    for directory in (pod_dir, root):
+        directory.chmod(0o755)
+
+
+def _make_parents(root: Path, directory: Path) -> None:
+    """Create the missing directories below the pod root as an image has them: root, 0755."""
+    missing = []
+    while directory != root and not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir(mode=0o755)
+        path.chmod(0o755)
 
 
 async def _listening(child: Child, address: str, port: int) -> bool:

@@ -8,9 +8,11 @@ cleans.
 
 The parent-death signal is set by util-linux's `setpriv`, which execs the
 real program in place: a `preexec_fn` would be unsafe in a threaded process,
-and setpriv also drops to another user *before* setting the signal (a
-credential change clears it, so a program that drops privileges itself, as
-squid does, would otherwise escape it).
+and setpriv also drops to another user *before* setting the signal. A
+credential change clears the signal, so a program that drops privileges
+itself (squid started as root) runs in its own PID namespace under a shell
+that stays root and keeps the signal: when that namespace's init dies, the
+kernel kills everything in it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,48 @@ from pathlib import Path
 _SETPRIV = "/usr/bin/setpriv"
 
 
-def _tied_to_parent(argv: Sequence[str], user: str | None) -> list[str]:
-    drop = ["--reuid", user, "--regid", user, "--init-groups"] if user else []
-    return [_SETPRIV, *drop, "--pdeathsig", "KILL", "--", *argv]
+_UNSHARE = "/usr/bin/unshare"
+# pid 1 of the namespace: runs the program as its child and passes its exit code on.
+_NAMESPACE_INIT = ["/bin/sh", "-c", '"$@"; exit $?', "init"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a child runs as: a user name (with its groups), or numeric ids."""
+
+    user: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    groups: tuple[int, ...] = ()
+
+    def setpriv_flags(self) -> list[str]:
+        """setpriv's flags to become this identity (none for the supervisor's own)."""
+        if self.user is not None:
+            return ["--reuid", self.user, "--regid", self.user, "--init-groups"]
+        if self.uid is None:
+            return []
+        groups = ",".join(str(group) for group in self.groups)
+        return [
+            "--reuid",
+            str(self.uid),
+            "--regid",
+            str(self.gid if self.gid is not None else 0),
+            *(["--groups", groups] if groups else ["--clear-groups"]),
+        ]
+
+    @property
+    def drops_privileges_itself(self) -> bool:
+        """True when the child starts as root (and may switch user on its own)."""
+        return self.user is None and self.uid in (None, 0)
+
+
+def _tied_to_parent(argv: Sequence[str], identity: Identity | None) -> list[str]:
+    if identity is None:
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    if identity.drops_privileges_itself:
+        namespace = [_UNSHARE, "--pid", "--fork", "--kill-child=KILL", "--", *_NAMESPACE_INIT]
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *namespace, *argv]
+    return [_SETPRIV, *identity.setpriv_flags(), "--pdeathsig", "KILL", "--", *argv]
 
 
 @dataclass
@@ -71,16 +112,23 @@ def spawn(
     *,
     pid_dir: Path,
     log: Path,
-    user: str | None = None,
+    user: str | Identity | None = None,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> Child:
-    """Start `argv` in its own process group, tied to this process's life."""
+    """Start `argv` in its own process group, tied to this process's life.
+
+    `user` is a user name or an `Identity`; an `Identity()` (root) runs the
+    program in its own PID namespace so that it stays tied even if it
+    switches users itself.
+    """
     pid_dir.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
+    identity = Identity(user=user) if isinstance(user, str) else user
+    command = _tied_to_parent(argv, identity)
     with log.open("ab") as log_handle:
         process = subprocess.Popen(
-            _tied_to_parent(argv, user),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=log_handle,
             stderr=subprocess.STDOUT,
@@ -88,8 +136,10 @@ def spawn(
             env=env,
             process_group=0,
         )
+    # What the process at that pid runs once setpriv has exec'd it.
+    executable = command[command.index("--") + 1]
     pid_file = pid_dir / f"{name}.pid"
-    pid_file.write_text(f"{process.pid}\n{Path(argv[0]).name}\n")
+    pid_file.write_text(f"{process.pid}\n{Path(executable).name}\n")
     return Child(name=name, process=process, log=log, pid_file=pid_file)
 
 

@@ -1,12 +1,15 @@
 """Turn a Squid pod's spec into a local squid invocation (pure: no I/O).
 
 The loopback kubelet runs a pod's Squid as a host process, so the pod's
-files (ConfigMap and Secret volumes) are laid out under a per-pod root
-directory, and the pod's squid.conf is rewritten in three ways only:
-`http_port` binds the pod's own 127.x.y.z address; paths under the pod's
-mounts point into the pod root; and the process-level directives that
-would touch host paths (pid file, logs, cache dirs, effective user) are
-replaced by per-pod ones.
+files are laid out under a per-pod root directory the way a real kubelet
+lays out its volumes (ownership, modes, `fsGroup`, `subPath`), beside the
+writable directories of the squid image itself. The pod's squid.conf is
+rewritten in three ways only: `http_port` binds the pod's own 127.x.y.z
+address; paths under the pod's mounts and the image's directories point
+into the pod root (squid's compiled-in defaults for the pid file and logs
+are written out, so they land there too); and a few process-level
+directives that only tune the host process (`workers`, `pinger_enable`,
+`shutdown_lifetime`) are replaced.
 """
 
 from __future__ import annotations
@@ -19,41 +22,89 @@ from pathlib import PurePosixPath
 from typing import Any
 
 DEFAULT_CONFIG_PATH = "/etc/squid/squid.conf"
+ROOT = 0
+# The squid image's own user: `proxy`, uid/gid 13 on Debian and Ubuntu images.
+IMAGE_USER = 13
+DEFAULT_VOLUME_MODE = 0o644
+EMPTY_DIR_MODE = 0o777
+_FS_GROUP_READ = 0o440  # a real kubelet adds group read to every file of a read-only volume
+_FS_GROUP_DIR = 0o2000 | 0o550  # ... and setgid + group read/exec to its directories
 
-# Directives whose host-level effect the kubelet replaces with a per-pod value.
-_REPLACED_DIRECTIVES = frozenset(
-    {
-        "pid_filename",
-        "cache_log",
-        "access_log",
-        "cache_store_log",
-        "coredump_dir",
-        "cache_effective_user",
-        "cache_effective_group",
-        "cache_dir",
-        "pinger_enable",
-        "shutdown_lifetime",
-        "workers",
-    }
-)
+# Directories the squid image ships, with their owner and mode (Debian's squid package).
+IMAGE_DIRECTORIES: dict[str, tuple[int, int]] = {
+    "/run": (ROOT, 0o755),
+    "/var/run": (ROOT, 0o755),
+    "/var/log/squid": (IMAGE_USER, 0o755),
+    "/var/spool/squid": (IMAGE_USER, 0o755),
+    "/var/cache/squid": (IMAGE_USER, 0o755),
+}
+
+# squid's compiled-in defaults (Debian's configure flags) for the files it writes.
+_DEFAULT_FILES = {
+    "pid_filename": "/run/squid.pid",
+    "cache_log": "/var/log/squid/cache.log",
+    "access_log": "daemon:/var/log/squid/access.log squid",
+}
+
+# Host-process tuning the kubelet replaces; none of them changes what a test observes.
+_REPLACED_DIRECTIVES = frozenset({"workers", "pinger_enable", "shutdown_lifetime"})
+_LOG_MODULES = ("stdio:", "daemon:")
+_NOT_MAPPED = ("/dev/", "/proc/")
+
+# Waiting reasons of a container that did not start.
+ERR_IMAGE_PULL = "ErrImagePull"
+CONFIG_ERROR = "CreateContainerConfigError"
 
 
 class PodRejectedError(ValueError):
-    """The pod cannot run on the loopback kubelet; `reason` is a pod status reason."""
+    """The pod cannot run as asked; `reason` is a pod status reason.
 
-    def __init__(self, reason: str, message: str) -> None:
+    `waiting` is true where a real kubelet keeps the pod Pending with the
+    container waiting for that reason (an image it cannot pull, a missing
+    key), false where it fails the pod.
+    """
+
+    def __init__(self, reason: str, message: str, *, waiting: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.waiting = waiting
 
 
 @dataclass(frozen=True)
 class VolumeSource:
-    """Where a volume's files come from: a ConfigMap or Secret by name."""
+    """Where a volume's files come from: a ConfigMap or Secret by name, or an emptyDir."""
 
-    kind: str  # "configMap" or "secret"
-    name: str
-    items: tuple[tuple[str, str], ...] = ()  # (key, path) pairs; empty = every key
+    kind: str  # "configMap", "secret" or "emptyDir"
+    name: str = ""
+    items: tuple[tuple[str, str, int | None], ...] = ()  # (key, path, mode); empty = every key
+    default_mode: int = DEFAULT_VOLUME_MODE
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One volumeMount: its volume, subPath ("" for the whole volume) and readOnly flag."""
+
+    source: VolumeSource
+    sub_path: str = ""
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The identity the container's process gets, from the pod and container securityContext."""
+
+    uid: int | None = None  # None: the image's user, root for squid images
+    gid: int | None = None
+    fs_group: int | None = None
+    supplemental_groups: tuple[int, ...] = ()
+    run_as_non_root: bool = False
+
+    @property
+    def groups(self) -> tuple[int, ...]:
+        """Supplementary groups: fsGroup first, then supplementalGroups."""
+        extra = (self.fs_group,) if self.fs_group is not None else ()
+        return tuple(dict.fromkeys(extra + self.supplemental_groups))
 
 
 @dataclass(frozen=True)
@@ -63,8 +114,22 @@ class SquidPodPlan:
     container: str
     image: str
     config_path: str
-    mounts: dict[str, tuple[VolumeSource, str]] = field(default_factory=dict)
-    # mountPath -> (volume source, subPath or "")
+    mounts: dict[str, Mount] = field(default_factory=dict)
+    run_as: RunAs = RunAs()
+    read_only_root: bool = False
+    restart_policy: str = "Always"
+    logs_as_termination_message: bool = False
+
+
+@dataclass(frozen=True)
+class PodPath:
+    """One directory (content None) or file of the pod's filesystem, as a kubelet lays it out."""
+
+    path: str
+    content: bytes | None
+    mode: int
+    uid: int = ROOT
+    gid: int = ROOT
 
 
 def is_squid_image(image: str) -> bool:
@@ -74,7 +139,7 @@ def is_squid_image(image: str) -> bool:
 
 
 def plan_pod(pod: Mapping[str, Any]) -> SquidPodPlan:
-    """Check that a pod is a single Squid container and list the files it needs."""
+    """Check that a pod is a single Squid container and list what it needs."""
     spec = pod.get("spec", {})
     containers = spec.get("containers", [])
     if len(containers) != 1:
@@ -85,33 +150,75 @@ def plan_pod(pod: Mapping[str, Any]) -> SquidPodPlan:
     image = container.get("image", "")
     if not is_squid_image(image):
         raise PodRejectedError(
-            "UnsupportedImage",
-            f"the loopback kubelet runs only squid images (ubuntu/squid, ...); got {image!r}",
+            ERR_IMAGE_PULL,
+            f'Failed to pull image "{image}": the loopback kubelet has only squid images '
+            "(ubuntu/squid, ...)",
+            waiting=True,
         )
     volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
-    mounts: dict[str, tuple[VolumeSource, str]] = {}
+    mounts: dict[str, Mount] = {}
     for mount in container.get("volumeMounts", []):
         volume = volumes.get(mount["name"])
         if volume is None:
             raise PodRejectedError("InvalidPod", f"volumeMount {mount['name']!r} has no volume")
         source = _volume_source(volume)
         if source is not None:
-            mounts[mount["mountPath"]] = (source, mount.get("subPath", ""))
+            mounts[mount["mountPath"]] = Mount(
+                source, mount.get("subPath", ""), bool(mount.get("readOnly", False))
+            )
     argv = [*container.get("command", []), *container.get("args", [])]
+    container_context = container.get("securityContext") or {}
     return SquidPodPlan(
         container=container["name"],
         image=image,
         config_path=_config_path(argv),
         mounts=mounts,
+        run_as=_run_as(spec.get("securityContext") or {}, container_context),
+        read_only_root=bool(container_context.get("readOnlyRootFilesystem", False)),
+        restart_policy=spec.get("restartPolicy", "Always"),
+        logs_as_termination_message=(
+            container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        ),
     )
 
 
+def _run_as(pod_context: Mapping[str, Any], container_context: Mapping[str, Any]) -> RunAs:
+    def pick(key: str) -> Any:
+        return container_context.get(key, pod_context.get(key))
+
+    run_as = RunAs(
+        uid=pick("runAsUser"),
+        gid=pick("runAsGroup"),
+        fs_group=pod_context.get("fsGroup"),
+        supplemental_groups=tuple(pod_context.get("supplementalGroups") or ()),
+        run_as_non_root=bool(pick("runAsNonRoot")),
+    )
+    if run_as.run_as_non_root and not run_as.uid:
+        raise PodRejectedError(
+            CONFIG_ERROR,
+            "container has runAsNonRoot and image will run as root"
+            if run_as.uid is None
+            else "container's runAsUser breaks non-root policy",
+            waiting=True,
+        )
+    return run_as
+
+
 def _volume_source(volume: Mapping[str, Any]) -> VolumeSource | None:
+    if "emptyDir" in volume:
+        return VolumeSource(kind="emptyDir")
     for kind, name_key in (("configMap", "name"), ("secret", "secretName")):
         if kind in volume:
             body = volume[kind]
-            items = tuple((item["key"], item["path"]) for item in body.get("items", []))
-            return VolumeSource(kind=kind, name=body[name_key], items=items)
+            items = tuple(
+                (item["key"], item["path"], item.get("mode")) for item in body.get("items", [])
+            )
+            return VolumeSource(
+                kind=kind,
+                name=body[name_key],
+                items=items,
+                default_mode=body.get("defaultMode", DEFAULT_VOLUME_MODE),
+            )
     return None
 
 
@@ -125,57 +232,91 @@ def _config_path(argv: list[str]) -> str:
     return DEFAULT_CONFIG_PATH
 
 
-def volume_files(
-    source: VolumeSource, data: Mapping[str, str], *, secret: bool
-) -> dict[str, bytes]:
-    """The files (relative path -> content) a ConfigMap or Secret volume shows."""
+def volume_files(source: VolumeSource, data: Mapping[str, str]) -> dict[str, tuple[bytes, int]]:
+    """The files (relative path -> content, mode) a ConfigMap or Secret volume shows."""
+    secret = source.kind == "secret"
     decoded = {
         key: base64.b64decode(value) if secret else value.encode() for key, value in data.items()
     }
     if not source.items:
-        return decoded
-    files: dict[str, bytes] = {}
-    for key, path in source.items:
+        return {key: (content, source.default_mode) for key, content in decoded.items()}
+    files: dict[str, tuple[bytes, int]] = {}
+    for key, path, mode in source.items:
         if key not in decoded:
             raise PodRejectedError(
-                "CreateContainerConfigError", f"{source.kind} {source.name!r} has no key {key!r}"
+                CONFIG_ERROR,
+                f"{source.kind} {source.name!r} has no key {key!r}",
+                waiting=True,
             )
-        files[path] = decoded[key]
+        files[path] = (decoded[key], mode if mode is not None else source.default_mode)
     return files
 
 
 def pod_file_layout(
-    plan: SquidPodPlan, volumes: Mapping[str, dict[str, bytes]]
-) -> dict[str, bytes]:
-    """Absolute in-pod paths -> content, from each mount's volume files."""
-    layout: dict[str, bytes] = {}
-    for mount_path, (_, sub_path) in plan.mounts.items():
+    plan: SquidPodPlan, volumes: Mapping[str, dict[str, tuple[bytes, int]]]
+) -> list[PodPath]:
+    """Every directory and file of the pod's filesystem, with a real kubelet's owners and modes.
+
+    ConfigMap and Secret files are root-owned with their mode; with an
+    `fsGroup` their group is that group and they gain group read (a real
+    kubelet's ownership pass over a read-only volume). emptyDirs are 0777
+    directories. The image's own directories keep the image's owners,
+    and lose their write bits under `readOnlyRootFilesystem`.
+    """
+    fs_group = plan.run_as.fs_group
+    paths: dict[str, PodPath] = {}
+    for directory, (owner, image_mode) in IMAGE_DIRECTORIES.items():
+        mode = image_mode & ~0o222 if plan.read_only_root else image_mode
+        paths[directory] = PodPath(directory, None, mode, owner, owner)
+    for mount_path, mount in sorted(plan.mounts.items()):
+        group = fs_group if fs_group is not None else ROOT
+        if mount.source.kind == "emptyDir":
+            mode = EMPTY_DIR_MODE | (0o2000 if fs_group is not None else 0)
+            if mount.read_only:
+                mode &= ~0o222
+            paths[mount_path] = PodPath(mount_path, None, mode, ROOT, group)
+            continue
         files = volumes[mount_path]
-        if sub_path:
-            if sub_path not in files:
+        if mount.sub_path:
+            if mount.sub_path not in files:
                 raise PodRejectedError(
-                    "CreateContainerConfigError", f"subPath {sub_path!r} is not in its volume"
+                    CONFIG_ERROR, f"subPath {mount.sub_path!r} is not in its volume", waiting=True
                 )
-            layout[mount_path] = files[sub_path]
-        else:
-            for relative, content in files.items():
-                layout[str(PurePosixPath(mount_path) / relative)] = content
-    return layout
+            content, mode = files[mount.sub_path]
+            paths[mount_path] = PodPath(mount_path, content, _file_mode(mode, fs_group), 0, group)
+            continue
+        dir_mode = 0o755 | (_FS_GROUP_DIR if fs_group is not None else 0)
+        paths[mount_path] = PodPath(mount_path, None, dir_mode, ROOT, group)
+        for relative, (content, mode) in files.items():
+            path = str(PurePosixPath(mount_path) / relative)
+            paths[path] = PodPath(path, content, _file_mode(mode, fs_group), ROOT, group)
+    return [paths[path] for path in sorted(paths)]
+
+
+def _file_mode(mode: int, fs_group: int | None) -> int:
+    return mode | _FS_GROUP_READ if fs_group is not None else mode
+
+
+def file_content(layout: list[PodPath], path: str) -> bytes | None:
+    """The content of one file of a layout, if it is there."""
+    return next((entry.content for entry in layout if entry.path == path), None)
 
 
 def rewrite_config(
-    config: str, *, pod_ip: str, pod_root: str, run_dir: str, mount_paths: list[str]
+    config: str, *, pod_ip: str, pod_root: str, mount_paths: list[str]
 ) -> tuple[str, list[int]]:
     """Rewrite a pod's squid.conf for a host process; return it and the ports it listens on."""
     lines: list[str] = []
     ports: list[int] = []
-    prefixes = sorted(mount_paths, key=len, reverse=True)
+    prefixes = sorted([*mount_paths, *IMAGE_DIRECTORIES], key=len, reverse=True)
+    seen: set[str] = set()
     for raw in config.splitlines():
         words = raw.split()
         if not words or words[0].startswith("#"):
             lines.append(raw)
             continue
         directive = words[0]
+        seen.add(directive)
         if directive in _REPLACED_DIRECTIVES:
             continue
         if directive == "http_port":
@@ -191,16 +332,12 @@ def rewrite_config(
         lines.append(" ".join(_map_path(word, prefixes, pod_root) for word in words))
     if not ports:
         raise PodRejectedError("InvalidConfig", "squid.conf has no http_port")
-    lines += [
-        "",
-        "# Added by the loopback kubelet: per-pod process files.",
-        f"pid_filename {run_dir}/squid.pid",
-        f"cache_log stdio:{run_dir}/cache.log",
-        f"access_log stdio:{run_dir}/access.log",
-        f"coredump_dir {run_dir}",
-        "pinger_enable off",
-        "shutdown_lifetime 1 seconds",
-    ]
+    lines += ["", "# Added by the loopback kubelet: squid's defaults, inside the pod root."]
+    for directive, default in _DEFAULT_FILES.items():
+        if directive not in seen:
+            mapped = " ".join(_map_path(word, prefixes, pod_root) for word in default.split())
+            lines.append(f"{directive} {mapped}")
+    lines += ["pinger_enable off", "shutdown_lifetime 1 seconds"]
     return "\n".join(lines) + "\n", ports
 
 
@@ -218,7 +355,11 @@ def _port_of(address: str) -> int:
 
 
 def _map_path(word: str, prefixes: list[str], pod_root: str) -> str:
+    module = next((m for m in _LOG_MODULES if word.startswith(m)), "")
+    path = word[len(module) :]
+    if not path.startswith("/") or path.startswith(_NOT_MAPPED):
+        return word
     for prefix in prefixes:
-        if word == prefix or word.startswith(prefix.rstrip("/") + "/"):
-            return pod_root + word
+        if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+            return module + pod_root + path
     return word

@@ -31,15 +31,20 @@ from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, P
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import LeaseStore
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import (
     RECONCILE_REQUEST_ANNOTATION,
+    REQUEUE_ANNOTATION,
     Components,
     Program,
     register,
+    touch,
 )
 from egress_proxies.operator.health_status import HealthStatusPump
+from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, peer_identity
+from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.providers.kubernetes import KubernetesInventory
@@ -73,6 +78,7 @@ class OperatorSettings:
     gc_interval: datetime.timedelta = DEFAULT_INTERVAL
     gc_min_age: datetime.timedelta = DEFAULT_MIN_AGE
     gc_allow_namespaced: bool = False
+    retry: RetryPolicy = DEFAULT_POLICY
     peering: str | None = DEFAULT_PEERING  # None: standalone
     priority: int = 0
     discovery_host: str = "0.0.0.0"
@@ -174,25 +180,30 @@ class Operator:
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
         )
         self.registry = kopf.OperatorRegistry()
-        register(
-            self.registry,
-            Components(
-                client=self.client,
-                credentials=self.credentials,
-                runner=self.runner,
-                writer=self.writer,
-                fleet=self.fleet,
-                programs=programs(),
-                classify=classify,
-                on_proxy_gone=self._proxy_gone,
-                spans=self.spans,
-                stack_metrics=self.metrics.stacks,
-            ),
+        self.requeue = Requeue(self._touch_requeue)
+        self.components = Components(
+            client=self.client,
+            credentials=self.credentials,
+            runner=self.runner,
+            writer=self.writer,
+            fleet=self.fleet,
+            programs=programs(),
+            classify=classify,
+            on_proxy_gone=self._proxy_gone,
+            spans=self.spans,
+            stack_metrics=self.metrics.stacks,
+            instances=InstanceCache(),
+            requeue=self.requeue,
+            policy=settings.retry,
         )
+        register(self.registry, self.components)
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
         return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
+
+    async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
+        await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)
 
     def _proxy_gone(self, key: ProxyKey) -> None:
         self.leases.forget_proxy(key)
@@ -302,6 +313,7 @@ class Operator:
                 ),
             )
         finally:
+            await self.requeue.close()
             await self.client.close()
             await asyncio.to_thread(self.runner.close)
             self.claim.release()

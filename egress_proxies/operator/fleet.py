@@ -37,6 +37,7 @@ class Fleet:
 
     def __init__(self) -> None:
         self._proxies: dict[ProxyKey, Mapping[str, Any]] = {}
+        self._by_uid: dict[str, ProxyKey] = {}
         self._secrets: dict[SecretKey, dict[str, str]] = {}
         self._records: dict[ProxyKey, ProxyRecord | None] = {}
         self._snapshot: tuple[ProxyRecord, ...] | None = None
@@ -53,15 +54,23 @@ class Fleet:
         meta = body["metadata"]
         key = proxy_key(meta["namespace"], meta["name"])
         self._proxies[key] = body
+        self._by_uid[meta["uid"]] = key
         self._records.pop(key, None)
         self._snapshot = None
 
     def remove_proxy(self, namespace: str, name: str) -> None:
         """Forget a deleted Proxy."""
         key = proxy_key(namespace, name)
-        self._proxies.pop(key, None)
+        body = self._proxies.pop(key, None)
+        if body is not None:
+            self._by_uid.pop(body["metadata"]["uid"], None)
         self._records.pop(key, None)
         self._snapshot = None
+
+    def proxy_by_uid(self, uid: str) -> Mapping[str, Any] | None:
+        """The latest body of the Proxy with this UID, if known."""
+        key = self._by_uid.get(uid)
+        return self._proxies.get(key) if key is not None else None
 
     def proxy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The latest body of a Proxy, if known."""

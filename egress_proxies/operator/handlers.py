@@ -6,6 +6,8 @@ dependency passed in as `Components`.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Mapping
@@ -17,7 +19,7 @@ import pulumi
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.kube import ApiError, Credentials, KubeClient
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
     FINALIZER,
@@ -34,13 +36,18 @@ from egress_proxies.model import (
     find_condition,
 )
 from egress_proxies.operator import reconcile as machine
+from egress_proxies.operator.backoff import RetryPolicy
 from egress_proxies.operator.credentials import (
     credentials_secret_name,
     delete_credentials,
     ensure_credentials,
 )
 from egress_proxies.operator.fleet import Fleet
+from egress_proxies.operator.instances import InstanceCache
+from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.status import StatusWriter, status_of
+from egress_proxies.providers.instance import InstanceObservation
+from egress_proxies.providers.pods import gone, observe_pod
 from egress_proxies.stacks.errors import ErrorClass
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.naming import instance_name, stack_name
@@ -56,7 +63,12 @@ CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
 RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
 RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
 EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
+# Touched to make kopf run the update handlers: the pod watch saw the instance
+# change, or a retry is due (see operator/requeue.py).
+INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"
+REQUEUE_ANNOTATION = f"{GROUP}/requeue-at"
 TRANSIENT_RETRY_SECONDS = 10.0
+_POD_GONE_TIMEOUT = 30.0
 
 Program = Callable[[ProgramInputs], None]
 
@@ -75,6 +87,9 @@ class Components:
     on_proxy_gone: Callable[[ProxyKey], None]
     spans: Spans
     stack_metrics: StackMetrics
+    instances: InstanceCache
+    requeue: Requeue
+    policy: RetryPolicy
 
 
 def now() -> str:
@@ -118,6 +133,7 @@ def reconciler_owned(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
             "instance_id": decided.instance_id,
             "stack": decided.stack,
             "credentials_secret": decided.credentials_secret,
+            "backoff": decided.backoff,
             "conditions": others + ([provisioned] if provisioned else []),
             "latency_millis": None if new_address else current.latency_millis,
             "last_health_check_time": None if new_address else current.last_health_check_time,
@@ -151,6 +167,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         if event["type"] == "DELETED":
             c.fleet.remove_proxy(meta["namespace"], meta["name"])
             c.writer.forget(meta["namespace"], meta["name"])
+            c.instances.forget_proxy(meta["uid"])
+            c.requeue.cancel(meta["namespace"], meta["name"])
             c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
         else:
             c.fleet.put_proxy(dict(body))
@@ -166,6 +184,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         kopf.on.event("v1", "secrets", labels={label: kopf.PRESENT}, registry=registry)(
             secret_event
         )
+
+    _register_instance_watch(registry, c)
 
     @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
     async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
@@ -193,7 +213,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             c.spans.reconcile(namespace, name, stack=stack),
             log_context(namespace=namespace, proxy=name, stack=stack),
         ):
-            await _reconcile(c, dict(body), patch)
+            await _reconcile(c, body, patch)
 
     @kopf.on.delete(*resource, registry=registry)
     async def delete(body: kopf.Body, **_: Any) -> None:
@@ -204,6 +224,22 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             log_context(namespace=namespace, proxy=name, stack=stack),
         ):
             await _delete(c, dict(body))
+
+
+def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> None:
+    """Watch the pods the Proxies own; nudge a Proxy whenever its pod's state changes."""
+
+    @kopf.on.event("v1", "pods", labels={UID_LABEL: kopf.PRESENT}, registry=registry)
+    async def pod_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            seen = c.instances.remove_pod(body)
+        else:
+            seen = c.instances.put_pod(body)
+        proxy = c.fleet.proxy_by_uid((body["metadata"].get("labels") or {}).get(UID_LABEL, ""))
+        if seen is None or proxy is None or proxy["metadata"].get("deletionTimestamp"):
+            return
+        meta = proxy["metadata"]
+        await touch(c, meta["namespace"], meta["name"], INSTANCE_STATE_ANNOTATION, seen.signature)
 
 
 def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:
@@ -229,39 +265,103 @@ def reconcile_requested(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _observe(c: Components, view: machine.ProxyView, body: Mapping[str, Any]) -> machine.Observed:
+async def touch(c: Components, namespace: str, name: str, annotation: str, value: str) -> None:
+    """Set one annotation on a Proxy, which makes kopf run its update handlers."""
+    try:
+        await c.client.patch(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
+            {"metadata": {"annotations": {annotation: value}}},
+        )
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+async def _observe(
+    c: Components, view: machine.ProxyView, body: Mapping[str, Any]
+) -> machine.Observed:
     stack = c.runner.state(stack_name(view.namespace, view.name))
-    missing = reconcile_requested(body) is not None
+    watched = view.spec.provider == ProviderName.KUBERNETES and stack is not None
+    observed = machine.Observed(
+        stack=stack,
+        instance_missing=reconcile_requested(body) is not None,
+        watches_instances=watched,
+        instance=await _instance(c, view) if watched else None,
+    )
     ref = view.spec.cloud_init
     if ref is None:
-        return machine.Observed(stack=stack, instance_missing=missing)
+        return observed
     data = c.fleet.secret(view.namespace, ref.secret_ref.name)
     if data is None or CLOUD_INIT_KEY not in data:
-        return machine.Observed(
-            stack=stack,
-            instance_missing=missing,
-            cloud_init_error=(
-                f"Secret {ref.secret_ref.name} with key {CLOUD_INIT_KEY!r} and label "
-                f"{CLOUD_INIT_LABEL}=true was not found in namespace {view.namespace}"
-            ),
+        error = (
+            f"Secret {ref.secret_ref.name} with key {CLOUD_INIT_KEY!r} and label "
+            f"{CLOUD_INIT_LABEL}=true was not found in namespace {view.namespace}"
         )
-    return machine.Observed(stack=stack, cloud_init=data[CLOUD_INIT_KEY], instance_missing=missing)
+        return dataclasses.replace(observed, cloud_init_error=error)
+    return dataclasses.replace(observed, cloud_init=data[CLOUD_INIT_KEY])
 
 
-async def _reconcile(c: Components, body: dict[str, Any], patch: kopf.Patch) -> None:
+async def _instance(c: Components, view: machine.ProxyView) -> InstanceObservation:
+    """The pod as the watch last saw it; read directly when the watch has not shown it yet."""
+    seen = c.instances.get(view.uid)
+    if seen is not None:
+        return seen
+    name = instance_name(view.uid)
+    try:
+        pod = await c.client.get(f"/api/v1/namespaces/{view.namespace}/pods/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        return gone("missing", f"pods/{view.namespace}/{name}")
+    return observe_pod(pod)
+
+
+async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> None:
+    body = dict(kopf_body)
     try:
         view = _view(body)
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
-    observed = _observe(c, view, body)
-    decision = machine.decide(view, observed, now())
+    c.requeue.cancel(view.namespace, view.name)
+    observed = await _observe(c, view, body)
+    decision = machine.decide(view, observed, now(), c.policy)
     await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
+    for event in decision.events:
+        kopf.event(kopf_body, type=event.type, reason=event.reason, message=event.message)
     if decision.action == machine.Action.ADOPT and decision.spec_hash:
         patch.metadata.annotations[SPEC_HASH_ANNOTATION] = decision.spec_hash
     elif decision.action == machine.Action.UP and decision.spec_hash:
-        decision = await _up(c, body, view, observed, decision.spec_hash, patch)
+        if decision.replace_instance is not None:
+            await _remove_instance(c, view, decision.replace_instance)
+        decision = await _up(c, body, view, observed, decision, patch)
         await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
-    _raise_for_retry(decision)
+    _schedule_retry(c, view, decision)
+
+
+async def _remove_instance(
+    c: Components, view: machine.ProxyView, instance: InstanceObservation
+) -> None:
+    """Delete a dead pod (this incarnation only) and wait until its name is free again."""
+    c.instances.retire(view.uid, instance.key)
+    path = f"/api/v1/namespaces/{view.namespace}/pods/{instance_name(view.uid)}"
+    try:
+        await c.client.request(
+            "DELETE", path, body={"gracePeriodSeconds": 0, "preconditions": {"uid": instance.key}}
+        )
+    except ApiError as error:
+        if error.status not in (404, 409):  # gone already, or another incarnation by now
+            raise
+    deadline = asyncio.get_running_loop().time() + _POD_GONE_TIMEOUT
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            pod = await c.client.get(path)
+        except ApiError as error:
+            if error.status == 404:
+                return
+            raise
+        if pod["metadata"]["uid"] != instance.key:
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _up(
@@ -269,10 +369,12 @@ async def _up(
     body: dict[str, Any],
     view: machine.ProxyView,
     observed: machine.Observed,
-    wanted_hash: str,
+    decision: machine.Decision,
     patch: kopf.Patch,
 ) -> machine.Decision:
-    assert view.spec.provider is not None
+    view = dataclasses.replace(view, status=decision.status)
+    assert view.spec.provider is not None and decision.spec_hash is not None
+    wanted_hash = decision.spec_hash
     program = c.programs.get(view.spec.provider)
     if program is None:
         return machine.after_failure(
@@ -300,10 +402,10 @@ async def _up(
     stack = stack_name(view.namespace, view.name)
     try:
         with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
-            outputs = await c.runner.up(stack, view.uid, run, refresh=observed.instance_missing)
+            outputs = await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
-        return machine.after_failure(view, c.classify(error.text), error.text, now())
+        return machine.after_failure(view, c.classify(error.text), error.text, now(), c.policy)
     patch.metadata.annotations[SPEC_HASH_ANNOTATION] = wanted_hash
     request = reconcile_requested(body)
     if request is not None:
@@ -337,12 +439,11 @@ async def _delete(c: Components, body: dict[str, Any]) -> None:
     c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
 
 
-def _raise_for_retry(decision: machine.Decision) -> None:
-    provisioned = find_condition(decision.status.conditions, PROVISIONED)
-    message = provisioned.message if provisioned else ""
+def _schedule_retry(c: Components, view: machine.ProxyView, decision: machine.Decision) -> None:
+    """A permanent failure ends the handler as failed; a retry is a requeue, not a kopf delay."""
     if decision.permanent:
+        provisioned = find_condition(decision.status.conditions, PROVISIONED)
+        message = provisioned.message if provisioned else ""
         raise kopf.PermanentError(message or "permanent error")
     if decision.retry_after is not None:
-        raise kopf.TemporaryError(message, delay=decision.retry_after)
-    if provisioned is not None and provisioned.reason == machine.TRANSIENT_ERROR:
-        raise kopf.TemporaryError(message, delay=TRANSIENT_RETRY_SECONDS)
+        c.requeue.after(view.namespace, view.name, decision.retry_after)

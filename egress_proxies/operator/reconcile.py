@@ -1,14 +1,21 @@
 """The reconcile state machine: pure functions from (spec, status, observed) to a decision.
 
 No I/O here. The kopf handlers gather what they observe (the stack's
-checkpoint, the cloud-init Secret), ask `decide` what to do, perform at most
-one stack operation, and fold its outcome back with `after_up`,
-`after_destroy` or `after_failure`. Every branch of seed sections 3-4 is a branch
-of these functions and is unit-tested without a cluster.
+checkpoint, the cloud-init Secret, the instance as the pod watch last saw
+it), ask `decide` what to do, perform at most one stack operation, and fold
+its outcome back with `after_up` or `after_failure`. Every branch of seed
+sections 3-4 is a branch of these functions and is unit-tested without a
+cluster.
+
+A watched instance (a Squid pod) makes the Proxy Provisioned only once it
+is ready; one that died, was deleted, or cannot start within the policy's
+deadlines is replaced after a backoff that grows with each failure in a
+row, and each failure is an Event.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -18,8 +25,10 @@ from enum import StrEnum
 from typing import Any
 
 from egress_proxies.model import (
+    INSTANCE_FAILED,
     PERMANENT_ERROR,
     PROVISIONED,
+    Backoff,
     Condition,
     ConditionStatus,
     Mode,
@@ -28,6 +37,8 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
+from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
+from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import ErrorClass
 
@@ -43,6 +54,8 @@ EXTERNAL_ENDPOINT = "ExternalEndpoint"
 QUOTA_EXCEEDED = "QuotaExceeded"
 TRANSIENT_ERROR = "TransientError"
 CLOUD_INIT_ERROR = "CloudInitError"
+STARTING = "Starting"
+RECREATING = "Recreating"
 
 
 class Action(StrEnum):
@@ -77,6 +90,17 @@ class Observed:
     cloud_init: str | None = None
     cloud_init_error: str | None = None
     instance_missing: bool = False  # the GC saw the stack's instance gone from its provider
+    watches_instances: bool = False  # the provider's instances are watched (pods)
+    instance: InstanceObservation | None = None  # the watched instance as last seen
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the Proxy."""
+
+    type: str  # "Normal" or "Warning"
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,9 @@ class Decision:
     retry_after: float | None = None  # seconds; None = wait for the next event
     permanent: bool = False
     annotations: Mapping[str, str] = field(default_factory=dict)
+    refresh: bool = False  # `up` must first refresh the stack from the provider
+    replace_instance: InstanceObservation | None = None  # delete this incarnation before `up`
+    events: tuple[Event, ...] = ()
 
 
 def spec_hash(spec: ProxySpec, cloud_init: str | None) -> str:
@@ -103,13 +130,15 @@ def spec_hash(spec: ProxySpec, cloud_init: str | None) -> str:
     return hashlib.sha256(encoded).hexdigest()[:32]
 
 
-def decide(view: ProxyView, observed: Observed, now: str) -> Decision:
+def decide(
+    view: ProxyView, observed: Observed, now: str, policy: RetryPolicy = DEFAULT_POLICY
+) -> Decision:
     """The next step for a Proxy."""
     if view.deleting:
         return _decide_delete(view, observed, now)
     if view.spec.mode == Mode.EXTERNAL:
         return _decide_external(view, now)
-    return _decide_managed(view, observed, now)
+    return _decide_managed(view, observed, now, policy)
 
 
 def _decide_delete(view: ProxyView, observed: Observed, now: str) -> Decision:
@@ -137,7 +166,7 @@ def _decide_external(view: ProxyView, now: str) -> Decision:
     return Decision(Action.NONE, _observed(status, view))
 
 
-def _decide_managed(view: ProxyView, observed: Observed, now: str) -> Decision:
+def _decide_managed(view: ProxyView, observed: Observed, now: str, policy: RetryPolicy) -> Decision:
     latched = find_condition(view.status.conditions, PROVISIONED)
     if (
         latched is not None
@@ -165,16 +194,145 @@ def _decide_managed(view: ProxyView, observed: Observed, now: str) -> Decision:
         and not stack.pending_operations
         and not observed.instance_missing
     ):
-        status = _with_outputs(view, stack.outputs, now)
-        if view.recorded_hash != wanted:
-            return Decision(Action.ADOPT, status, spec_hash=wanted)
-        return Decision(Action.NONE, status, spec_hash=wanted)
+        adopt = Action.ADOPT if view.recorded_hash != wanted else Action.NONE
+        if observed.watches_instances and observed.instance is not None:
+            return _decide_instance(view, observed.instance, stack, wanted, adopt, now, policy)
+        return Decision(adopt, _with_outputs(view, stack.outputs, now), spec_hash=wanted)
+    waiting = _backoff_wait(view, now)
+    if waiting is not None:
+        return waiting
     reason = REPLACING if stack is not None and stack.resource_count else PROVISIONING
     message = "replacing the instance" if reason == REPLACING else "creating the instance"
     if observed.instance_missing:
         reason, message = PROVISIONING, "the instance was deleted out of band; recreating it"
     status = _provisioned(view, ConditionStatus.FALSE, reason, message, now)
-    return Decision(Action.UP, status, spec_hash=wanted)
+    return Decision(Action.UP, status, spec_hash=wanted, refresh=observed.instance_missing)
+
+
+def _decide_instance(
+    view: ProxyView,
+    instance: InstanceObservation,
+    stack: StackState,
+    wanted: str,
+    adopt: Action,
+    now: str,
+    policy: RetryPolicy,
+) -> Decision:
+    """The stack is current: the Proxy is as ready as its instance."""
+    if instance.health == InstanceHealth.READY:
+        status = _with_outputs(view, {**stack.outputs, "ip": instance.ip}, now)
+        return Decision(adopt, status, spec_hash=wanted)
+    age = _epoch(now) - instance.since
+    cause: str | None = None
+    if instance.health in (InstanceHealth.DEAD, InstanceHealth.GONE):
+        cause = instance.cause
+    elif instance.health == InstanceHealth.STUCK:
+        deadline = policy.start_timeout.total_seconds()
+        cause = instance.cause if age >= deadline else None
+    else:
+        deadline = policy.ready_timeout.total_seconds()
+        if age >= deadline:
+            cause = f"not ready after {deadline:.0f}s" + (
+                f" ({instance.cause})" if instance.cause else ""
+            )
+    if cause is None:
+        waiting = "waiting for the instance to become ready" + (
+            f": {instance.cause}" if instance.cause else ""
+        )
+        status = _with_outputs(view, {**stack.outputs, "ip": None}, now)
+        status = _with_condition(
+            status, view.generation, PROVISIONED, ConditionStatus.FALSE, STARTING, waiting, now
+        )
+        return Decision(adopt, status, spec_hash=wanted, retry_after=max(1.0, deadline - age))
+    return _instance_failed(view, instance, cause, wanted, now, policy)
+
+
+def _instance_failed(
+    view: ProxyView,
+    instance: InstanceObservation,
+    cause: str,
+    wanted: str,
+    now: str,
+    policy: RetryPolicy,
+) -> Decision:
+    """Record a dead instance once, then replace it when its backoff has passed."""
+    backoff = view.status.backoff
+    recorded = (
+        backoff is not None
+        and backoff.failed_instance == instance.key
+        and backoff.next_retry_time is not None
+    )
+    if backoff is not None and recorded and backoff.next_retry_time is not None:
+        remaining = _epoch(backoff.next_retry_time) - _epoch(now)
+        if remaining > 0:
+            message = f"{cause} (failure {backoff.failures}; retry at {backoff.next_retry_time})"
+            status = _provisioned(view, ConditionStatus.FALSE, INSTANCE_FAILED, message, now)
+            return Decision(Action.NONE, status, spec_hash=wanted, retry_after=remaining)
+        message = f"replacing the instance: {cause}"
+        status = _provisioned(view, ConditionStatus.FALSE, RECREATING, message, now)
+        return Decision(
+            Action.UP,
+            status.model_copy(update={"ip": None}),
+            spec_hash=wanted,
+            refresh=True,
+            replace_instance=instance,
+            events=(Event("Normal", RECREATING, f"replacing {instance.instance_id}: {cause}"),),
+        )
+    status, delay = _count_failure(view, now, policy, failed_instance=instance.key)
+    failures = status.backoff.failures if status.backoff else 1
+    message = f"{cause} (failure {failures}; retry in {delay:.0f}s)"
+    status = _with_condition(
+        status, view.generation, PROVISIONED, ConditionStatus.FALSE, INSTANCE_FAILED, message, now
+    )
+    return Decision(
+        Action.NONE,
+        _observed(status.model_copy(update={"ip": None}), view),
+        spec_hash=wanted,
+        retry_after=delay,
+        events=(Event("Warning", INSTANCE_FAILED, f"{instance.instance_id}: {cause}"),),
+    )
+
+
+def _count_failure(
+    view: ProxyView, now: str, policy: RetryPolicy, *, failed_instance: str | None = None
+) -> tuple[ProxyStatus, float]:
+    """The status with one more failure in a row recorded, and the delay before the retry."""
+    previous = view.status.backoff
+    in_window = (
+        previous is not None
+        and previous.last_failure_time is not None
+        and _epoch(now) - _epoch(previous.last_failure_time) < policy.failure_window.total_seconds()
+    )
+    failures = (previous.failures if previous is not None and in_window else 0) + 1
+    delay = policy.delay(failures, view.uid)
+    backoff = Backoff(
+        failures=failures,
+        last_failure_time=now,
+        next_retry_time=_stamp(_epoch(now) + delay),
+        failed_instance=failed_instance,
+        generation=view.generation,
+    )
+    return view.status.model_copy(update={"backoff": backoff}), delay
+
+
+def _backoff_wait(view: ProxyView, now: str) -> Decision | None:
+    """Hold a retry of this generation until its backoff has passed."""
+    backoff = view.status.backoff
+    if backoff is None or backoff.next_retry_time is None or backoff.generation != view.generation:
+        return None
+    remaining = _epoch(backoff.next_retry_time) - _epoch(now)
+    if remaining <= 0:
+        return None
+    return Decision(Action.NONE, view.status, retry_after=remaining)
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _stamp(epoch: float) -> str:
+    moment = datetime.datetime.fromtimestamp(round(epoch), datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _missing_provider_block(spec: ProxySpec) -> str | None:
@@ -188,16 +346,26 @@ def _missing_provider_block(spec: ProxySpec) -> str | None:
 
 
 def after_up(view: ProxyView, outputs: Mapping[str, Any], stack: str, now: str) -> ProxyStatus:
-    """The status once `up` succeeded."""
+    """The status once `up` succeeded: a pending retry has run."""
     status = _with_outputs(view, outputs, now)
-    return status.model_copy(update={"stack": stack})
+    backoff = status.backoff
+    if backoff is not None:
+        backoff = backoff.model_copy(update={"next_retry_time": None})
+    return status.model_copy(update={"stack": stack, "backoff": backoff})
 
 
-def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: str) -> Decision:
+def after_failure(
+    view: ProxyView,
+    error_class: ErrorClass,
+    message: str,
+    now: str,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> Decision:
     """Quota waits (never Failed), permanent latches Failed for this generation, transient retries.
 
-    A deletion never latches: wedging an object that is being deleted would
-    leave no way out but removing the finalizer by hand.
+    A transient failure retries after the policy's backoff, which grows with
+    each failure in a row. A deletion never latches: wedging an object that
+    is being deleted would leave no way out but removing the finalizer by hand.
     """
     short = summarize_error(message)
     if error_class == ErrorClass.QUOTA:
@@ -206,8 +374,11 @@ def after_failure(view: ProxyView, error_class: ErrorClass, message: str, now: s
     if error_class == ErrorClass.PERMANENT and not view.deleting:
         status = _provisioned(view, ConditionStatus.FALSE, PERMANENT_ERROR, short, now)
         return Decision(Action.NONE, status, permanent=True)
-    status = _provisioned(view, ConditionStatus.FALSE, TRANSIENT_ERROR, short, now)
-    return Decision(Action.NONE, status)
+    counted, delay = _count_failure(view, now, policy)
+    status = _with_condition(
+        counted, view.generation, PROVISIONED, ConditionStatus.FALSE, TRANSIENT_ERROR, short, now
+    )
+    return Decision(Action.NONE, _observed(status, view), retry_after=delay)
 
 
 # Most telling first: a cause, then any error line; pulumi's output ends in summaries.

@@ -188,10 +188,12 @@ def test_a_permanent_provider_error_fails_the_proxy() -> None:
     assert compute_phase(decision.status, deleting=False) == Phase.FAILED
 
 
-def test_a_transient_error_retries() -> None:
+def test_a_transient_error_retries_after_the_first_backoff() -> None:
     decision = machine.after_failure(view(), ErrorClass.TRANSIENT, "connection reset", NOW)
-    assert not decision.permanent and decision.retry_after is None
+    assert not decision.permanent
+    assert decision.retry_after is not None and 4.0 <= decision.retry_after <= 6.0
     assert provisioned(decision.status) == ("False", machine.TRANSIENT_ERROR)
+    assert decision.status.backoff is not None and decision.status.backoff.failures == 1
 
 
 def test_a_permanent_error_while_deleting_keeps_retrying() -> None:

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 
 from egress_proxies.devcluster.squidpod import (
+    IMAGE_USER,
+    Mount,
+    PodPath,
     PodRejectedError,
+    RunAs,
     VolumeSource,
     is_squid_image,
     plan_pod,
@@ -18,7 +22,7 @@ from egress_proxies.devcluster.squidpod import (
 )
 
 
-def squid_pod(**container: Any) -> dict[str, Any]:
+def squid_pod(pod_spec: dict[str, Any] | None = None, **container: Any) -> dict[str, Any]:
     base = {
         "name": "squid",
         "image": "ubuntu/squid:6.10-24.10_beta",
@@ -37,6 +41,7 @@ def squid_pod(**container: Any) -> dict[str, Any]:
                 {"name": "auth", "secret": {"secretName": "squid-auth"}},
                 {"name": "token", "projected": {"sources": []}},
             ],
+            **(pod_spec or {}),
         },
     }
 
@@ -59,9 +64,11 @@ def test_plan_lists_configmap_and_secret_mounts() -> None:
     plan = plan_pod(squid_pod())
     assert plan.config_path == "/etc/squid/squid.conf"
     assert plan.mounts == {
-        "/etc/squid/squid.conf": (VolumeSource("configMap", "squid-config"), "squid.conf"),
-        "/etc/squid/auth": (VolumeSource("secret", "squid-auth"), ""),
+        "/etc/squid/squid.conf": Mount(VolumeSource("configMap", "squid-config"), "squid.conf"),
+        "/etc/squid/auth": Mount(VolumeSource("secret", "squid-auth")),
     }
+    assert plan.run_as == RunAs()  # the image's user: root
+    assert plan.restart_policy == "Always"
 
 
 def test_config_path_comes_from_args() -> None:
@@ -69,10 +76,11 @@ def test_config_path_comes_from_args() -> None:
     assert plan.config_path == "/config/custom.conf"
 
 
-def test_unknown_image_is_rejected_with_a_reason() -> None:
+def test_an_image_it_cannot_run_waits_like_an_unpullable_image() -> None:
     with pytest.raises(PodRejectedError) as rejected:
         plan_pod(squid_pod(image="nginx:1.27"))
-    assert rejected.value.reason == "UnsupportedImage"
+    assert rejected.value.reason == "ErrImagePull"
+    assert rejected.value.waiting
     assert "nginx:1.27" in rejected.value.message
 
 
@@ -82,18 +90,99 @@ def test_mount_without_volume_is_rejected() -> None:
         plan_pod(pod)
 
 
-def test_files_are_laid_out_by_mount_path_and_subpath() -> None:
-    plan = plan_pod(squid_pod())
-    config = volume_files(
-        plan.mounts["/etc/squid/squid.conf"][0], {"squid.conf": "x"}, secret=False
+def test_the_container_identity_comes_from_both_security_contexts() -> None:
+    pod = squid_pod(
+        {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000}},
+        securityContext={"runAsUser": 13, "readOnlyRootFilesystem": True},
     )
+    plan = plan_pod(pod)
+    assert plan.run_as == RunAs(uid=13, gid=1000, fs_group=2000)
+    assert plan.run_as.groups == (2000,)
+    assert plan.read_only_root
+
+
+def test_run_as_non_root_without_a_user_cannot_start_a_root_image() -> None:
+    with pytest.raises(PodRejectedError) as rejected:
+        plan_pod(squid_pod({"securityContext": {"runAsNonRoot": True}}))
+    assert rejected.value.reason == "CreateContainerConfigError"
+    assert rejected.value.waiting
+    assert "runAsNonRoot" in rejected.value.message
+
+
+def layout_of(pod: dict[str, Any], passwd_mode: int | None = None) -> dict[str, PodPath]:
+    plan = plan_pod(pod)
+    config = volume_files(plan.mounts["/etc/squid/squid.conf"].source, {"squid.conf": "x"})
     auth = volume_files(
-        plan.mounts["/etc/squid/auth"][0],
+        plan.mounts["/etc/squid/auth"].source,
         {"passwd": base64.b64encode(b"user:hash").decode()},
-        secret=True,
     )
     layout = pod_file_layout(plan, {"/etc/squid/squid.conf": config, "/etc/squid/auth": auth})
-    assert layout == {"/etc/squid/squid.conf": b"x", "/etc/squid/auth/passwd": b"user:hash"}
+    return {entry.path: entry for entry in layout}
+
+
+def secret_mode(mode: int) -> dict[str, Any]:
+    return {
+        "volumes": [
+            {"name": "config", "configMap": {"name": "squid-config"}},
+            {"name": "auth", "secret": {"secretName": "squid-auth", "defaultMode": mode}},
+        ]
+    }
+
+
+def test_volume_files_are_root_owned_with_their_default_mode() -> None:
+    paths = layout_of(squid_pod())
+    assert paths["/etc/squid/squid.conf"] == PodPath("/etc/squid/squid.conf", b"x", 0o644)
+    assert paths["/etc/squid/auth/passwd"] == PodPath("/etc/squid/auth/passwd", b"user:hash", 0o644)
+
+
+def test_without_fs_group_a_0440_secret_is_readable_by_root_only() -> None:
+    passwd = layout_of(squid_pod(secret_mode(0o440)))["/etc/squid/auth/passwd"]
+    assert (passwd.uid, passwd.gid, passwd.mode) == (0, 0, 0o440)
+
+
+def test_fs_group_owns_volume_files_and_adds_group_read() -> None:
+    pod = squid_pod({**secret_mode(0o400), "securityContext": {"fsGroup": 13}})
+    paths = layout_of(pod)
+    passwd = paths["/etc/squid/auth/passwd"]
+    assert (passwd.uid, passwd.gid, passwd.mode) == (0, 13, 0o440)
+    directory = paths["/etc/squid/auth"]
+    assert (directory.gid, directory.mode & 0o2000) == (13, 0o2000)
+
+
+def test_item_modes_override_the_default_mode() -> None:
+    source = VolumeSource("secret", "s", items=(("passwd", "pw", 0o400),), default_mode=0o644)
+    files = volume_files(source, {"passwd": base64.b64encode(b"x").decode()})
+    assert files == {"pw": (b"x", 0o400)}
+
+
+def test_empty_dirs_are_world_writable_and_read_only_mounts_are_not() -> None:
+    pod = squid_pod(
+        {
+            "volumes": [
+                {"name": "config", "configMap": {"name": "squid-config"}},
+                {"name": "auth", "secret": {"secretName": "squid-auth"}},
+                {"name": "run", "emptyDir": {}},
+                {"name": "frozen", "emptyDir": {}},
+            ]
+        },
+        volumeMounts=[
+            {"name": "config", "mountPath": "/etc/squid/squid.conf", "subPath": "squid.conf"},
+            {"name": "auth", "mountPath": "/etc/squid/auth"},
+            {"name": "run", "mountPath": "/var/run/squid"},
+            {"name": "frozen", "mountPath": "/frozen", "readOnly": True},
+        ],
+    )
+    paths = layout_of(pod)
+    assert paths["/var/run/squid"].mode == 0o777
+    assert paths["/frozen"].mode == 0o555
+
+
+def test_the_image_directories_lose_write_under_a_read_only_root() -> None:
+    writable = layout_of(squid_pod())["/var/log/squid"]
+    assert (writable.uid, writable.mode) == (IMAGE_USER, 0o755)
+    frozen = layout_of(squid_pod(securityContext={"readOnlyRootFilesystem": True}))
+    assert frozen["/var/log/squid"].mode == 0o555
+    assert frozen["/run"].mode == 0o555
 
 
 def test_missing_subpath_is_a_config_error() -> None:
@@ -110,9 +199,10 @@ auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/auth/passwd
 acl users proxy_auth REQUIRED
 http_access allow users
 http_access deny all
-pid_filename /run/squid.pid
-cache_dir ufs /var/spool/squid 100 16 256
-access_log daemon:/var/log/squid/access.log
+pid_filename /var/run/squid/squid.pid
+cache_log /dev/stderr
+access_log stdio:/dev/stdout
+workers 4
 """
 
 
@@ -121,8 +211,7 @@ def test_rewrite_binds_the_pod_ip_and_maps_mounted_paths() -> None:
         CONFIG,
         pod_ip="127.9.0.2",
         pod_root="/pods/u/root",
-        run_dir="/pods/u/run",
-        mount_paths=["/etc/squid/squid.conf", "/etc/squid/auth"],
+        mount_paths=["/etc/squid/squid.conf", "/etc/squid/auth", "/var/run/squid"],
     )
     assert ports == [3128]
     lines = config.splitlines()
@@ -132,10 +221,20 @@ def test_rewrite_binds_the_pod_ip_and_maps_mounted_paths() -> None:
         in lines
     )
     assert "http_access deny all" in lines
-    assert "pid_filename /pods/u/run/squid.pid" in lines
-    assert not any(line.startswith("cache_dir") for line in lines)
-    assert "pid_filename /run/squid.pid" not in lines
-    assert not any("/var/log/squid" in line for line in lines)
+    assert "pid_filename /pods/u/root/var/run/squid/squid.pid" in lines
+    assert "cache_log /dev/stderr" in lines
+    assert "access_log stdio:/dev/stdout" in lines
+    assert not any(line.startswith("workers") for line in lines)
+
+
+def test_rewrite_writes_squids_defaults_into_the_pod_root() -> None:
+    config, _ = rewrite_config(
+        "http_port 3128\n", pod_ip="127.9.0.2", pod_root="/r", mount_paths=[]
+    )
+    lines = config.splitlines()
+    assert "pid_filename /r/run/squid.pid" in lines
+    assert "cache_log /r/var/log/squid/cache.log" in lines
+    assert "access_log daemon:/r/var/log/squid/access.log squid" in lines
 
 
 def test_rewrite_keeps_port_options_and_replaces_any_bind_address() -> None:
@@ -143,7 +242,6 @@ def test_rewrite_keeps_port_options_and_replaces_any_bind_address() -> None:
         "http_port 0.0.0.0:8080 name=main\n",
         pod_ip="127.9.0.3",
         pod_root="/r",
-        run_dir="/run",
         mount_paths=[],
     )
     assert ports == [8080]
@@ -161,5 +259,5 @@ def test_rewrite_keeps_port_options_and_replaces_any_bind_address() -> None:
 )
 def test_rewrite_rejects_configs_it_cannot_run(config: str, message: str) -> None:
     with pytest.raises(PodRejectedError, match=message) as rejected:
-        rewrite_config(config, pod_ip="127.9.0.4", pod_root="/r", run_dir="/run", mount_paths=[])
+        rewrite_config(config, pod_ip="127.9.0.4", pod_root="/r", mount_paths=[])
     assert rejected.value.reason == "InvalidConfig"

@@ -4,8 +4,15 @@ Declares a Secret (the bcrypt passwd file), a ConfigMap (squid.conf) and the
 Pod, all named from the Proxy UID and labelled with it. The pod is replaced
 (deleted first: its name is fixed) whenever its spec changes; a cloud-init
 change reaches the pod as an environment value, which forces that too.
-Exports `ip`, `port` and `instanceId` (`pods/<namespace>/<pod name>`, the id
-the Kubernetes inventory lists it under).
+Exports `port` and `instanceId` (`pods/<namespace>/<pod name>`, the id the
+Kubernetes inventory lists it under).
+
+The pod meets Pod Security "restricted": squid runs as the image's
+non-root user with no capabilities and a read-only root filesystem; its pid
+file, logs and spool live in emptyDirs, and `fsGroup` makes the 0440
+passwd file readable. `up` does not wait for the pod to become ready
+(`pulumi.com/skipAwait`): the operator watches its pods, so a pod that can
+never start costs a stack operation seconds, not a five-minute await.
 """
 
 from __future__ import annotations
@@ -30,7 +37,25 @@ from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line
 
 CONFIG_MOUNT = "/etc/squid/squid.conf"
 AUTH_MOUNT = PASSWD_PATH.rsplit("/", 1)[0]
-_AWAIT_TIMEOUT = "5m"
+SQUID_BINARY = "/usr/sbin/squid"
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+# Writable paths under a read-only root filesystem: each is an emptyDir.
+RUN_DIR, LOG_DIR, SPOOL_DIR = "/var/run/squid", "/var/log/squid", "/var/spool/squid"
+DEFAULT_RESOURCES = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"cpu": "1", "memory": "256Mi"},
+}
+_SCRATCH_LIMIT = "64Mi"
+# squid.conf lines for a container: process files in the emptyDirs, logs to
+# the container's stdout and stderr (so `kubectl logs` and the termination
+# message show them), and no pinger (it needs raw sockets, which are dropped).
+CONTAINER_DIRECTIVES = f"""\
+pid_filename {RUN_DIR}/squid.pid
+cache_log /dev/stderr
+access_log stdio:/dev/stdout
+coredump_dir {SPOOL_DIR}
+pinger_enable off
+"""
 
 
 def squid_pod_program(inputs: ProgramInputs) -> None:
@@ -48,51 +73,70 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     config = ConfigMap(
         "config",
         metadata={**metadata, "name": f"{name}-config"},
-        data={"squid.conf": squid_conf(inputs.port)},
+        data={"squid.conf": squid_conf(inputs.port) + CONTAINER_DIRECTIVES},
     )
     pod = Pod(
         "squid",
-        metadata=metadata,
-        spec=_pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),
-        opts=pulumi.ResourceOptions(
-            delete_before_replace=True,
-            custom_timeouts=pulumi.CustomTimeouts(create=_AWAIT_TIMEOUT, update=_AWAIT_TIMEOUT),
-        ),
+        metadata={**metadata, "annotations": SKIP_AWAIT},
+        spec=pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),
+        opts=pulumi.ResourceOptions(delete_before_replace=True),
     )
-    pulumi.export("ip", pod.status.pod_ip)
     pulumi.export("port", inputs.port)
     pulumi.export(
         "instanceId", pulumi.Output.concat("pods/", inputs.namespace, "/", pod.metadata["name"])
     )
 
 
-def _pod_spec(
-    inputs: ProgramInputs, auth_name: pulumi.Output[str], config_name: pulumi.Output[str]
-) -> dict[str, Any]:
-    assert inputs.spec.kubernetes is not None
+def pod_spec(inputs: ProgramInputs, auth_name: Any, config_name: Any) -> dict[str, Any]:
+    """The pod's spec; the names are the Secret's and ConfigMap's (outputs in a program)."""
+    kubernetes = inputs.spec.kubernetes
+    assert kubernetes is not None
     env = []
     if inputs.cloud_init is not None:
         digest = hashlib.sha256(inputs.cloud_init.encode()).hexdigest()
         env.append({"name": "CLOUD_INIT_SHA256", "value": digest})
     container: dict[str, Any] = {
         "name": "squid",
-        "image": inputs.spec.kubernetes.image,
+        "image": kubernetes.image,
+        # The image's entrypoint prepares directories as root; squid needs none of that here.
+        "command": [SQUID_BINARY],
         "args": ["-f", CONFIG_MOUNT, "-NYC"],
         "ports": [{"name": "proxy", "containerPort": inputs.port}],
         "readinessProbe": {"tcpSocket": {"port": inputs.port}, "periodSeconds": 5},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": env,
+        "resources": kubernetes.resources or DEFAULT_RESOURCES,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "subPath": "squid.conf"},
             {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
+            {"name": "run", "mountPath": RUN_DIR},
+            {"name": "log", "mountPath": LOG_DIR},
+            {"name": "spool", "mountPath": SPOOL_DIR},
         ],
     }
-    if inputs.spec.kubernetes.resources:
-        container["resources"] = inputs.spec.kubernetes.resources
+    scratch = {"emptyDir": {"sizeLimit": _SCRATCH_LIMIT}}
     return {
         "containers": [container],
         "automountServiceAccountToken": False,
+        # The operator replaces a dead squid (and backs off), so the Proxy shows it.
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": kubernetes.run_as_user,
+            "runAsGroup": kubernetes.run_as_group,
+            "fsGroup": kubernetes.run_as_group,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumes": [
             {"name": "config", "configMap": {"name": config_name}},
             {"name": "auth", "secret": {"secretName": auth_name, "defaultMode": 0o440}},
+            {"name": "run", **scratch},
+            {"name": "log", **scratch},
+            {"name": "spool", **scratch},
         ],
     }
