@@ -3,7 +3,8 @@
 It speaks only the subset the GCE inventory uses, in the shapes Google
 documents: the OAuth token endpoint for service-account JWTs (the RS256
 signature is verified against the key's public half), the metadata server's
-token endpoint, `instances.aggregatedList` (the `labels.<key>:*` filter,
+service-account and token endpoints (as google-auth's compute_engine
+credentials call them), `instances.aggregatedList` (the `labels.<key>:*` filter,
 maxResults/pageToken pagination, returnPartialSuccess with zones that fail)
 and `instances.delete`. Passing against it proves the client's handling of
 that protocol; it proves nothing about Google's own behaviour.
@@ -25,7 +26,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-METADATA_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+# The audience Google requires of a service-account JWT, whatever URL it is posted to.
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
+METADATA_ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default/"
+METADATA_TOKEN_PATH = f"{METADATA_ACCOUNT_PATH}token"
 _LABEL_FILTER = re.compile(r"labels\.([a-z0-9_-]+):\*")
 
 
@@ -68,11 +72,13 @@ class FakeCompute:
     issued_tokens: list[str] = field(default_factory=list)
     list_queries: list[dict[str, str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    metadata_scopes: list[str] = field(default_factory=list)
 
     def app(self) -> web.Application:
         """The aiohttp application serving the fake endpoints."""
         app = web.Application()
         app.router.add_post("/token", self._token)
+        app.router.add_get(METADATA_ACCOUNT_PATH, self._metadata_account)
         app.router.add_get(METADATA_TOKEN_PATH, self._metadata_token)
         app.router.add_get("/compute/v1/projects/{project}/aggregated/instances", self._list)
         app.router.add_delete(
@@ -90,12 +96,12 @@ class FakeCompute:
         form = await request.post()
         if form.get("grant_type") != JWT_BEARER:
             return _oauth_error("unsupported_grant_type", "Invalid grant_type.")
-        claims = self._verified_claims(str(form.get("assertion", "")), str(request.url))
+        claims = self._verified_claims(str(form.get("assertion", "")))
         if claims is None:
             return _oauth_error("invalid_grant", "Invalid JWT Signature.")
         return self._issue_token()
 
-    def _verified_claims(self, assertion: str, audience: str) -> dict[str, Any] | None:
+    def _verified_claims(self, assertion: str) -> dict[str, Any] | None:
         try:
             header, claims, signature = assertion.split(".")
             self.service_account_key.verify(
@@ -107,14 +113,25 @@ class FakeCompute:
             decoded: dict[str, Any] = json.loads(_unb64(claims))
         except (ValueError, InvalidSignature):
             return None
-        expected = {"iss": self.service_account_email, "aud": audience}
+        expected = {"iss": self.service_account_email, "aud": GOOGLE_TOKEN_AUDIENCE}
         if any(decoded.get(key) != value for key, value in expected.items()):
             return None
         return decoded if decoded["exp"] > decoded["iat"] else None
 
+    async def _metadata_account(self, request: web.Request) -> web.Response:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(status=403, text="Missing Metadata-Flavor:Google header.")
+        account = {
+            "aliases": ["default"],
+            "email": self.service_account_email,
+            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        }
+        return web.json_response(account, headers={"Metadata-Flavor": "Google"})
+
     async def _metadata_token(self, request: web.Request) -> web.Response:
         if request.headers.get("Metadata-Flavor") != "Google":
             return web.Response(status=403, text="Missing Metadata-Flavor:Google header.")
+        self.metadata_scopes.append(request.query.get("scopes", ""))
         return self._issue_token()
 
     def _authorized(self, request: web.Request) -> web.Response | None:
