@@ -90,15 +90,17 @@ class GceInventory:
         self,
         project: str,
         tokens: AccessTokens,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession | None = None,
         *,
         compute_url: str = COMPUTE_URL,
     ) -> None:
+        """`session` None: the inventory opens its own on first use, and `close` closes it."""
         if not _PROJECT.fullmatch(project):
             raise ValueError(f"not a GCP project id: {project!r}")
         self._project = project
         self._tokens = tokens
         self._session = session
+        self._own_session: aiohttp.ClientSession | None = None
         self._project_url = f"{compute_url.rstrip('/')}/projects/{project}"
 
     def __repr__(self) -> str:
@@ -147,9 +149,22 @@ class GceInventory:
             raise InventoryError(f"aggregatedList: HTTP {status}: {_error_message(body)}")
         return body
 
+    async def close(self) -> None:
+        """Close the session the inventory opened itself (a given one is the giver's)."""
+        if self._own_session is not None:
+            await self._own_session.close()
+            self._own_session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is not None:
+            return self._session
+        if self._own_session is None or self._own_session.closed:
+            self._own_session = aiohttp.ClientSession()
+        return self._own_session
+
     async def _call(self, method: str, url: str, **kwargs: Any) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {await self._tokens.bearer()}"}
-        return await _send(self._session, method, url, f"{self!r}", headers=headers, **kwargs)
+        return await _send(self._http(), method, url, f"{self!r}", headers=headers, **kwargs)
 
 
 def _dict(value: Any) -> dict[str, Any]:

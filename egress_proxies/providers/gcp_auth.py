@@ -113,16 +113,16 @@ def metadata_server_tokens() -> GoogleAuthTokens:
     return GoogleAuthTokens(compute_engine.Credentials(scopes=[COMPUTE_SCOPE]))
 
 
-def application_default_tokens() -> tuple[GoogleAuthTokens, str | None]:
-    """Application Default Credentials and their project, if they name one.
+def application_default_tokens() -> GoogleAuthTokens:
+    """Tokens of Application Default Credentials; CredentialsError when there are none.
 
     `GOOGLE_APPLICATION_CREDENTIALS` (the key file the pulumi-gcp provider
     reads too), then gcloud's own, then the metadata server. Blocks while it
     looks: call it at startup, not on the event loop.
     """
     try:
-        credentials, project = google.auth.default(scopes=[COMPUTE_SCOPE])
+        credentials, _ = google.auth.default(scopes=[COMPUTE_SCOPE])
     except google.auth.exceptions.DefaultCredentialsError as error:
         summary = str(error.args[0]) if error.args else type(error).__name__
         raise CredentialsError(f"no Google credentials: {summary}") from None
-    return GoogleAuthTokens(credentials), project
+    return GoogleAuthTokens(credentials)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,12 +26,27 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from egress_proxies.providers.gcp import UID_LABEL_KEY
+
+PROJECT = "crawler-proxies"
+SERVICE_ACCOUNT_EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # The audience Google requires of a service-account JWT, whatever URL it is posted to.
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 METADATA_ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default/"
 METADATA_TOKEN_PATH = f"{METADATA_ACCOUNT_PATH}token"
 _LABEL_FILTER = re.compile(r"labels\.([a-z0-9_-]+):\*")
+
+
+@dataclass
+class FakeClock:
+    """Seconds since the epoch for token expiry, moved by hand from the real time (which
+    google-auth stamps expiry with)."""
+
+    now: float = field(default_factory=time.time)
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @dataclass
@@ -42,6 +58,7 @@ class FakeInstance:
     labels: dict[str, str]
     status: str = "RUNNING"
     creation_timestamp: str = "2024-05-01T10:20:30.123-07:00"
+    lists_until_gone: int | None = None  # set while a delete is in progress
 
     def resource(self, base_url: str, project: str) -> dict[str, Any]:
         """The Compute `Instance` resource fields the client reads, as Google returns them."""
@@ -67,6 +84,8 @@ class FakeCompute:
     instances: list[FakeInstance] = field(default_factory=list)
     unreachable_zones: set[str] = field(default_factory=set)
     max_page_size: int = 500
+    # Compute deletes asynchronously: a deleted VM stays listed (STOPPING) this many lists.
+    deletion_lag: int = 0
     token_lifetime: int = 3599
     url: str = ""
     issued_tokens: list[str] = field(default_factory=list)
@@ -154,6 +173,7 @@ class FakeCompute:
             return denied
         query = dict(request.query)
         self.list_queries.append(query)
+        self._advance_deletions()
         match = _LABEL_FILTER.fullmatch(query.get("filter", ""))
         if match is None:
             return _google_error(400, "Invalid value for field 'filter'.", "invalid")
@@ -183,6 +203,16 @@ class FakeCompute:
             body["nextPageToken"] = str(start + page_size)
         return web.json_response(body)
 
+    def _advance_deletions(self, *, listing: bool = True) -> None:
+        """Count one list call against each deletion in progress; drop the finished ones."""
+        for instance in list(self.instances):
+            if instance.lists_until_gone is None:
+                continue
+            if instance.lists_until_gone <= 0:
+                self.instances.remove(instance)
+            elif listing:
+                instance.lists_until_gone -= 1
+
     async def _delete(self, request: web.Request) -> web.Response:
         denied = self._authorized(request)
         if denied is not None:
@@ -192,10 +222,17 @@ class FakeCompute:
         path = f"projects/{self.project}/zones/{zone}/instances/{name}"
         if target is None:
             return _google_error(404, f"The resource '{path}' was not found", "notFound")
-        self.instances.remove(target)
+        if target.lists_until_gone is None:
+            target.status, target.lists_until_gone = "STOPPING", self.deletion_lag
+            self._advance_deletions(listing=False)
         self.deleted.append(f"zones/{zone}/instances/{name}")
         operation = {"kind": "compute#operation", "operationType": "delete", "status": "RUNNING"}
         return web.json_response(operation | {"targetLink": f"{self.url}/compute/v1/{path}"})
+
+
+def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
+    """A VM carrying a Proxy UID label, as the VM program creates them."""
+    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
 
 
 @asynccontextmanager

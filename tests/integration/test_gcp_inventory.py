@@ -10,18 +10,13 @@ runs off the loop.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth.compute_engine import _metadata
-from google.oauth2 import service_account
 
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.gcp import UID_LABEL_KEY, GceInventory
@@ -38,92 +33,14 @@ from egress_proxies.providers.inventory import (
     InventoryError,
     PartialFailure,
 )
-from tests.integration.fake_compute import FakeCompute, FakeInstance, serving
-
-PROJECT = "crawler-proxies"
-EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
-
-
-@dataclass
-class FakeClock:
-    """Seconds since the epoch, starting at the real time (google-auth stamps expiry with it)."""
-
-    now: float = field(default_factory=time.time)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def signing_key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-@pytest.fixture
-def key_file(tmp_path: Path, signing_key: rsa.RSAPrivateKey, compute: FakeCompute) -> Path:
-    """A key file shaped like the JSON `gcloud iam service-accounts keys create` writes.
-
-    Its `token_uri` names the stand-in's token endpoint instead of Google's.
-    """
-    pem = signing_key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    path = tmp_path / "key.json"
-    path.write_text(
-        json.dumps(
-            {
-                "type": "service_account",
-                "project_id": PROJECT,
-                "private_key_id": "0123456789abcdef",
-                "private_key": pem,
-                "client_email": EMAIL,
-                "client_id": "1234567890",
-                "token_uri": f"{compute.url}/token",
-            }
-        )
-    )
-    return path
-
-
-@pytest.fixture
-async def compute(signing_key: rsa.RSAPrivateKey) -> AsyncIterator[FakeCompute]:
-    fake = FakeCompute(PROJECT, EMAIL, signing_key.public_key())
-    async with serving(fake):
-        yield fake
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as client:
-        yield client
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def tokens(key_file: Path, clock: FakeClock) -> Iterator[GoogleAuthTokens]:
-    credentials = service_account.Credentials.from_service_account_file(
-        str(key_file), scopes=[COMPUTE_SCOPE]
-    )
-    tokens = GoogleAuthTokens(credentials, clock=clock)
-    yield tokens
-    tokens.close()
-
-
-@pytest.fixture
-def inventory(
-    compute: FakeCompute, tokens: GoogleAuthTokens, session: aiohttp.ClientSession
-) -> GceInventory:
-    return GceInventory(PROJECT, tokens, session, compute_url=f"{compute.url}/compute/v1")
-
-
-def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
-    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
+from tests.integration.fake_compute import (
+    PROJECT,
+    SERVICE_ACCOUNT_EMAIL,
+    FakeClock,
+    FakeCompute,
+    FakeInstance,
+    labelled,
+)
 
 
 async def test_lists_labelled_instances_across_zones(
@@ -265,10 +182,8 @@ async def test_metadata_server_tokens(
 
     assert [i.uid_label for i in listing.instances] == ["uid-a"]
     assert compute.metadata_scopes == [COMPUTE_SCOPE]
-    assert repr(tokens) == (
-        f"<GoogleAuthTokens google.auth.compute_engine.credentials.Credentials {EMAIL} "
-        "[token: fresh]>"
-    )
+    kind = "google.auth.compute_engine.credentials.Credentials"
+    assert repr(tokens) == f"<GoogleAuthTokens {kind} {SERVICE_ACCOUNT_EMAIL} [token: fresh]>"
     tokens.close()
 
 
@@ -284,13 +199,13 @@ async def test_an_unreachable_api_is_an_inventory_error(
 async def test_reprs_name_the_account_but_never_the_key_or_token(
     compute: FakeCompute, tokens: GoogleAuthTokens
 ) -> None:
-    kind = "google.oauth2.service_account.Credentials"
-    assert repr(tokens) == f"<GoogleAuthTokens {kind} {EMAIL} [token: none]>"
+    prefix = f"<GoogleAuthTokens google.oauth2.service_account.Credentials {SERVICE_ACCOUNT_EMAIL}"
+    assert repr(tokens) == f"{prefix} [token: none]>"
 
     token = await tokens.bearer()
 
     assert token == compute.issued_tokens[-1]
-    assert repr(tokens) == f"<GoogleAuthTokens {kind} {EMAIL} [token: fresh]>"
+    assert repr(tokens) == f"{prefix} [token: fresh]>"
 
 
 def test_a_key_file_that_is_not_a_service_account_key_is_refused(tmp_path: Path) -> None:
