@@ -46,6 +46,7 @@ from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringErr
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.providers.gcp import GceInventory
+from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.gcp_auth import CredentialsError, application_default_tokens
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
@@ -212,6 +213,7 @@ class Operator:
                 on_proxy_gone=self._proxy_gone,
                 spans=self.spans,
                 stack_metrics=self.metrics.stacks,
+                adopt=functools.partial(adoptable, self.gce) if self.gce else None,
             ),
         )
 

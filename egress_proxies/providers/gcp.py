@@ -107,6 +107,11 @@ class GceInventory:
         return f"<GceInventory project={self._project} api={self._project_url}>"
 
     @property
+    def project(self) -> str:
+        """The project whose VMs this inventory reads."""
+        return self._project
+
+    @property
     def provider(self) -> ProviderName:
         """Always gcp."""
         return ProviderName.GCP
@@ -133,6 +138,17 @@ class GceInventory:
         status, body = await self._call("DELETE", f"{self._project_url}/{instance_id}")
         if status != 404 and not 200 <= status < 300:
             raise InventoryError(f"delete {instance_id}: HTTP {status}: {_error_message(body)}")
+
+    async def get(self, instance_id: InstanceId) -> TaggedInstance | None:
+        """One VM by id (`instances.get`); None when it is gone or carries no UID label."""
+        if not _INSTANCE_ID.fullmatch(instance_id):
+            raise ValueError(f"not zones/<zone>/instances/<name>: {instance_id!r}")
+        status, body = await self._call("GET", f"{self._project_url}/{instance_id}")
+        if status == 404:
+            return None
+        if status != 200 or not isinstance(body, dict):
+            raise InventoryError(f"get {instance_id}: HTTP {status}: {_error_message(body)}")
+        return _tagged_instance(body)
 
     async def _list_page(self, page_token: str) -> dict[str, Any]:
         params = {

@@ -6,7 +6,7 @@ signature is verified against the key's public half), the metadata server's
 service-account and token endpoints (as google-auth's compute_engine
 credentials call them), `instances.aggregatedList` (the `labels.<key>:*` filter,
 maxResults/pageToken pagination, returnPartialSuccess with zones that fail)
-and `instances.delete`. Passing against it proves the client's handling of
+`instances.get` and `instances.delete`. Passing against it proves the client's handling of
 that protocol; it proves nothing about Google's own behaviour.
 """
 
@@ -100,9 +100,9 @@ class FakeCompute:
         app.router.add_get(METADATA_ACCOUNT_PATH, self._metadata_account)
         app.router.add_get(METADATA_TOKEN_PATH, self._metadata_token)
         app.router.add_get("/compute/v1/projects/{project}/aggregated/instances", self._list)
-        app.router.add_delete(
-            "/compute/v1/projects/{project}/zones/{zone}/instances/{name}", self._delete
-        )
+        instance_path = "/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
+        app.router.add_get(instance_path, self._get)
+        app.router.add_delete(instance_path, self._delete)
         return app
 
     def _issue_token(self) -> web.Response:
@@ -212,6 +212,17 @@ class FakeCompute:
                 self.instances.remove(instance)
             elif listing:
                 instance.lists_until_gone -= 1
+
+    async def _get(self, request: web.Request) -> web.Response:
+        denied = self._authorized(request)
+        if denied is not None:
+            return denied
+        zone, name = request.match_info["zone"], request.match_info["name"]
+        target = next((i for i in self.instances if (i.zone, i.name) == (zone, name)), None)
+        if target is None:
+            path = f"projects/{self.project}/zones/{zone}/instances/{name}"
+            return _google_error(404, f"The resource '{path}' was not found", "notFound")
+        return web.json_response(target.resource(self.url, self.project))
 
     async def _delete(self, request: web.Request) -> web.Response:
         denied = self._authorized(request)
