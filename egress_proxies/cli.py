@@ -123,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{meaning} (${variable}, default {default:g})",
         )
     run.add_argument(
+        "--gcp-project",
+        default=os.environ.get("EGRESS_PROXIES_GCP_PROJECT") or os.environ.get("GOOGLE_PROJECT"),
+        help="the GCP project whose VMs the GC sweeps and the GCE watch polls "
+        "($EGRESS_PROXIES_GCP_PROJECT, else $GOOGLE_PROJECT; unset: no GCE inventory)",
+    )
+    run.add_argument(
+        "--gce-watch-interval",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_GCE_WATCH_INTERVAL_SECONDS", "30")),
+        help="seconds between polls of the GCE VMs of live Proxies (default 30)",
+    )
+    run.add_argument(
         "--peering",
         default=os.environ.get("EGRESS_PROXIES_PEERING", "egress-proxies"),
         help="the kopf peering object shared with other operators "
@@ -222,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 discovery_allow_no_auth=args.discovery_allow_no_auth,
                 metrics_port=args.metrics_port or None,
                 trace_health_probes=args.trace_health_probes,
+                gcp_project=args.gcp_project or None,
+                gce_watch_interval=datetime.timedelta(seconds=args.gce_watch_interval),
             )
         )
     if args.command == "crd":

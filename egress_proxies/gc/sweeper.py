@@ -121,7 +121,11 @@ class Sweeper:
 
     def __repr__(self) -> str:
         last = "never" if self.last is None else (self.last.skipped or "ok")
-        return f"<Sweeper [interval: {self._interval} | min age: {self._min_age} | last: {last}]>"
+        providers = ",".join(inventory.provider for inventory in self._inventories)
+        return (
+            f"<Sweeper {providers} [interval: {self._interval} | min age: {self._min_age} | "
+            f"last: {last}]>"
+        )
 
     async def run(self) -> None:
         """Sweep every interval until cancelled; the first sweep waits one interval.
@@ -163,7 +167,7 @@ class Sweeper:
 
     async def _sweep(self) -> SweepReport:
         try:
-            proxies = await self._live_proxies()
+            proxies = await list_live_proxies(self._client, self._namespaces)
         except (ApiError, OSError) as error:
             return SweepReport(skipped=f"listing Proxies failed: {error}")
         listings: dict[ProviderName, InventoryListing] = {}
@@ -178,18 +182,6 @@ class Sweeper:
         await asyncio.to_thread(self._runner.backend.clear_stale_locks)
         plan = plan_sweep(proxies, stacks, listings, now=self._clock(), min_age=self._min_age)
         return await self._act(plan)
-
-    async def _live_proxies(self) -> list[LiveProxy]:
-        paths = (
-            [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in self._namespaces]
-            if self._namespaces
-            else [f"/apis/{GROUP}/{VERSION}/{PLURAL}"]
-        )
-        proxies: list[LiveProxy] = []
-        for path in paths:
-            listing = await self._client.get(path)
-            proxies += [_live(item) for item in listing.get("items", [])]
-        return proxies
 
     async def _act(self, plan: SweepPlan) -> SweepReport:
         inventories = {inventory.provider: inventory for inventory in self._inventories}
@@ -235,6 +227,20 @@ class Sweeper:
             reconciled=tuple(reconciled),
             failures=tuple(failures),
         )
+
+
+async def list_live_proxies(client: KubeClient, namespaces: tuple[str, ...]) -> list[LiveProxy]:
+    """Every Proxy (deleting or not) in `namespaces`, or in the cluster when none are given."""
+    paths = (
+        [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces]
+        if namespaces
+        else [f"/apis/{GROUP}/{VERSION}/{PLURAL}"]
+    )
+    proxies: list[LiveProxy] = []
+    for path in paths:
+        listing = await client.get(path)
+        proxies += [_live(item) for item in listing.get("items", [])]
+    return proxies
 
 
 def read_stack_records(backend: FileBackend) -> list[StackRecord]:

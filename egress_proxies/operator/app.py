@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import os
 import signal
@@ -26,7 +27,9 @@ from egress_proxies.gc.sweeper import (
     Sweeper,
     SweepRefusedError,
     always_sweep,
+    list_live_proxies,
 )
+from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import LeaseStore
@@ -47,6 +50,10 @@ from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringErr
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
+from egress_proxies.providers.gcp import GceInventory
+from egress_proxies.providers.gcp_adoption import adoptable
+from egress_proxies.providers.gcp_auth import CredentialsError, application_default_tokens
+from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.programs.gce_vm import gce_vm_program
@@ -88,6 +95,8 @@ class OperatorSettings:
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = 9090
     trace_health_probes: bool = False
+    gcp_project: str | None = None  # None: no GCE inventory in the GC, no GCE instance watch
+    gce_watch_interval: datetime.timedelta = DEFAULT_WATCH_INTERVAL
 
 
 def passphrase_from_env() -> str | None:
@@ -157,18 +166,23 @@ class Operator:
                 extra_env=_provider_env(settings.kubeconfig, bin_path),
             )
         )
+        self.gce = (
+            GceInventory(settings.gcp_project, application_default_tokens())
+            if settings.gcp_project
+            else None
+        )
+        inventories: list[Inventory] = [
+            TracedInventory(MeteredInventory(inventory, self.metrics.providers), self.spans)
+            for inventory in (
+                KubernetesInventory(self.client, tuple(settings.namespaces)),
+                self.gce,
+            )
+            if inventory is not None
+        ]
         self.sweeper = Sweeper(
             self.client,
             self.runner,
-            [
-                TracedInventory(
-                    MeteredInventory(
-                        KubernetesInventory(self.client, tuple(settings.namespaces)),
-                        self.metrics.providers,
-                    ),
-                    self.spans,
-                )
-            ],
+            inventories,
             self._request_reconcile,
             namespaces=tuple(settings.namespaces),
             allow_namespaced=settings.gc_allow_namespaced,
@@ -178,6 +192,18 @@ class Operator:
             stack_metrics=self.metrics.stacks,
             spans=self.spans,
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
+        )
+        self.gce_watcher = (
+            InstanceWatcher(
+                functools.partial(list_live_proxies, self.client, tuple(settings.namespaces)),
+                self.runner.backend,
+                inventories[-1],
+                self._request_reconcile,
+                interval=settings.gce_watch_interval,
+                gate=self.peering.sweep_blocker if self.peering else always_sweep,
+            )
+            if self.gce
+            else None
         )
         self.registry = kopf.OperatorRegistry()
         self.requeue = Requeue(self._touch_requeue)
@@ -195,6 +221,7 @@ class Operator:
             instances=InstanceCache(),
             requeue=self.requeue,
             policy=settings.retry,
+            adopt=functools.partial(adoptable, self.gce) if self.gce else None,
         )
         register(self.registry, self.components)
 
@@ -268,6 +295,8 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
             ]
+            if self.gce_watcher is not None:
+                background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
             for task in background[1:]:
                 task.add_done_callback(lambda done: self._component_ended(done, stop))
             try:
@@ -315,6 +344,8 @@ class Operator:
         finally:
             await self.requeue.close()
             await self.client.close()
+            if self.gce is not None:
+                await self.gce.close()
             await asyncio.to_thread(self.runner.close)
             self.claim.release()
 
@@ -352,8 +383,10 @@ def run_operator(settings: OperatorSettings) -> int:
         ConfigurationError,
         StateDirBusyError,
         SweepRefusedError,
+        CredentialsError,
         KeyError,
         FileNotFoundError,
+        ValueError,
     ) as error:
         logger.error("cannot start: %s", error)
         return 2

@@ -10,8 +10,8 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import kopf
@@ -90,6 +90,8 @@ class Components:
     instances: InstanceCache
     requeue: Requeue
     policy: RetryPolicy
+    # (uid, failed up's text) -> import id of this Proxy's VM a killed up left unrecorded
+    adopt: Callable[[str, str], Awaitable[str | None]] | None = None
 
 
 def now() -> str:
@@ -392,17 +394,28 @@ async def _up(
         cloud_init=observed.cloud_init,
     )
 
-    def run() -> None:
-        program(inputs)
-        # Read back by the reconciler (is the stack current?) and the GC (whose is it?).
-        pulumi.export("specHash", wanted_hash)
-        pulumi.export("proxyUid", view.uid)
-        pulumi.export("provider", str(view.spec.provider))
-
     stack = stack_name(view.namespace, view.name)
-    try:
+
+    async def up(inputs: ProgramInputs) -> Mapping[str, Any]:
+        def run() -> None:
+            program(inputs)
+            # Read back by the reconciler (is the stack current?) and the GC (whose is it?).
+            pulumi.export("specHash", wanted_hash)
+            pulumi.export("proxyUid", view.uid)
+            pulumi.export("provider", str(view.spec.provider))
+
         with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
-            outputs = await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
+            return await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
+
+    try:
+        try:
+            outputs = await up(inputs)
+        except StackOperationError as error:
+            adopt = await c.adopt(view.uid, error.text) if c.adopt else None
+            if adopt is None:
+                raise
+            logger.warning("stack %s: adopting %s, left by an unfinished up", stack, adopt)
+            outputs = await up(replace(inputs, adopt_instance=adopt))
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
         return machine.after_failure(view, c.classify(error.text), error.text, now(), c.policy)

@@ -32,6 +32,7 @@ class ProgramInputs:
     credentials: ProxyCredentials
     cloud_init: str | None = None
     port: int = SQUID_PORT
+    adopt_instance: str | None = None  # a provider import id: an existing VM to take over
 
     def __repr__(self) -> str:
         return (

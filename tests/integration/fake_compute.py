@@ -3,9 +3,10 @@
 It speaks only the subset the GCE inventory uses, in the shapes Google
 documents: the OAuth token endpoint for service-account JWTs (the RS256
 signature is verified against the key's public half), the metadata server's
-token endpoint, `instances.aggregatedList` (the `labels.<key>:*` filter,
+service-account and token endpoints (as google-auth's compute_engine
+credentials call them), `instances.aggregatedList` (the `labels.<key>:*` filter,
 maxResults/pageToken pagination, returnPartialSuccess with zones that fail)
-and `instances.delete`. Passing against it proves the client's handling of
+`instances.get` and `instances.delete`. Passing against it proves the client's handling of
 that protocol; it proves nothing about Google's own behaviour.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,9 +26,27 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from egress_proxies.providers.gcp import UID_LABEL_KEY
+
+PROJECT = "crawler-proxies"
+SERVICE_ACCOUNT_EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-METADATA_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+# The audience Google requires of a service-account JWT, whatever URL it is posted to.
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
+METADATA_ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default/"
+METADATA_TOKEN_PATH = f"{METADATA_ACCOUNT_PATH}token"
 _LABEL_FILTER = re.compile(r"labels\.([a-z0-9_-]+):\*")
+
+
+@dataclass
+class FakeClock:
+    """Seconds since the epoch for token expiry, moved by hand from the real time (which
+    google-auth stamps expiry with)."""
+
+    now: float = field(default_factory=time.time)
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @dataclass
@@ -38,6 +58,7 @@ class FakeInstance:
     labels: dict[str, str]
     status: str = "RUNNING"
     creation_timestamp: str = "2024-05-01T10:20:30.123-07:00"
+    lists_until_gone: int | None = None  # set while a delete is in progress
 
     def resource(self, base_url: str, project: str) -> dict[str, Any]:
         """The Compute `Instance` resource fields the client reads, as Google returns them."""
@@ -63,21 +84,25 @@ class FakeCompute:
     instances: list[FakeInstance] = field(default_factory=list)
     unreachable_zones: set[str] = field(default_factory=set)
     max_page_size: int = 500
+    # Compute deletes asynchronously: a deleted VM stays listed (STOPPING) this many lists.
+    deletion_lag: int = 0
     token_lifetime: int = 3599
     url: str = ""
     issued_tokens: list[str] = field(default_factory=list)
     list_queries: list[dict[str, str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    metadata_scopes: list[str] = field(default_factory=list)
 
     def app(self) -> web.Application:
         """The aiohttp application serving the fake endpoints."""
         app = web.Application()
         app.router.add_post("/token", self._token)
+        app.router.add_get(METADATA_ACCOUNT_PATH, self._metadata_account)
         app.router.add_get(METADATA_TOKEN_PATH, self._metadata_token)
         app.router.add_get("/compute/v1/projects/{project}/aggregated/instances", self._list)
-        app.router.add_delete(
-            "/compute/v1/projects/{project}/zones/{zone}/instances/{name}", self._delete
-        )
+        instance_path = "/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
+        app.router.add_get(instance_path, self._get)
+        app.router.add_delete(instance_path, self._delete)
         return app
 
     def _issue_token(self) -> web.Response:
@@ -90,12 +115,12 @@ class FakeCompute:
         form = await request.post()
         if form.get("grant_type") != JWT_BEARER:
             return _oauth_error("unsupported_grant_type", "Invalid grant_type.")
-        claims = self._verified_claims(str(form.get("assertion", "")), str(request.url))
+        claims = self._verified_claims(str(form.get("assertion", "")))
         if claims is None:
             return _oauth_error("invalid_grant", "Invalid JWT Signature.")
         return self._issue_token()
 
-    def _verified_claims(self, assertion: str, audience: str) -> dict[str, Any] | None:
+    def _verified_claims(self, assertion: str) -> dict[str, Any] | None:
         try:
             header, claims, signature = assertion.split(".")
             self.service_account_key.verify(
@@ -107,14 +132,25 @@ class FakeCompute:
             decoded: dict[str, Any] = json.loads(_unb64(claims))
         except (ValueError, InvalidSignature):
             return None
-        expected = {"iss": self.service_account_email, "aud": audience}
+        expected = {"iss": self.service_account_email, "aud": GOOGLE_TOKEN_AUDIENCE}
         if any(decoded.get(key) != value for key, value in expected.items()):
             return None
         return decoded if decoded["exp"] > decoded["iat"] else None
 
+    async def _metadata_account(self, request: web.Request) -> web.Response:
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(status=403, text="Missing Metadata-Flavor:Google header.")
+        account = {
+            "aliases": ["default"],
+            "email": self.service_account_email,
+            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        }
+        return web.json_response(account, headers={"Metadata-Flavor": "Google"})
+
     async def _metadata_token(self, request: web.Request) -> web.Response:
         if request.headers.get("Metadata-Flavor") != "Google":
             return web.Response(status=403, text="Missing Metadata-Flavor:Google header.")
+        self.metadata_scopes.append(request.query.get("scopes", ""))
         return self._issue_token()
 
     def _authorized(self, request: web.Request) -> web.Response | None:
@@ -137,6 +173,7 @@ class FakeCompute:
             return denied
         query = dict(request.query)
         self.list_queries.append(query)
+        self._advance_deletions()
         match = _LABEL_FILTER.fullmatch(query.get("filter", ""))
         if match is None:
             return _google_error(400, "Invalid value for field 'filter'.", "invalid")
@@ -166,6 +203,27 @@ class FakeCompute:
             body["nextPageToken"] = str(start + page_size)
         return web.json_response(body)
 
+    def _advance_deletions(self, *, listing: bool = True) -> None:
+        """Count one list call against each deletion in progress; drop the finished ones."""
+        for instance in list(self.instances):
+            if instance.lists_until_gone is None:
+                continue
+            if instance.lists_until_gone <= 0:
+                self.instances.remove(instance)
+            elif listing:
+                instance.lists_until_gone -= 1
+
+    async def _get(self, request: web.Request) -> web.Response:
+        denied = self._authorized(request)
+        if denied is not None:
+            return denied
+        zone, name = request.match_info["zone"], request.match_info["name"]
+        target = next((i for i in self.instances if (i.zone, i.name) == (zone, name)), None)
+        if target is None:
+            path = f"projects/{self.project}/zones/{zone}/instances/{name}"
+            return _google_error(404, f"The resource '{path}' was not found", "notFound")
+        return web.json_response(target.resource(self.url, self.project))
+
     async def _delete(self, request: web.Request) -> web.Response:
         denied = self._authorized(request)
         if denied is not None:
@@ -175,10 +233,17 @@ class FakeCompute:
         path = f"projects/{self.project}/zones/{zone}/instances/{name}"
         if target is None:
             return _google_error(404, f"The resource '{path}' was not found", "notFound")
-        self.instances.remove(target)
+        if target.lists_until_gone is None:
+            target.status, target.lists_until_gone = "STOPPING", self.deletion_lag
+            self._advance_deletions(listing=False)
         self.deleted.append(f"zones/{zone}/instances/{name}")
         operation = {"kind": "compute#operation", "operationType": "delete", "status": "RUNNING"}
         return web.json_response(operation | {"targetLink": f"{self.url}/compute/v1/{path}"})
+
+
+def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
+    """A VM carrying a Proxy UID label, as the VM program creates them."""
+    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
 
 
 @asynccontextmanager

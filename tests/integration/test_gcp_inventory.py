@@ -1,29 +1,31 @@
-"""The GCE inventory client against a local fake of the Compute REST subset it uses.
+"""The GCE inventory client and its google-auth tokens against a local stand-in for Google.
 
 Google cannot be reached from here; `fake_compute` stands in for it (see its
-docstring for what that does and does not prove).
+docstring for what that does and does not prove). The stand-in serves on the
+test's own event loop, so a token refresh that blocked the loop would never
+get its answer: every test here that fetches a token also proves the refresh
+runs off the loop.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from google.auth.compute_engine import _metadata
 
 from egress_proxies.model import ProviderName
-from egress_proxies.providers.gcp import (
-    UID_LABEL_KEY,
-    GceInventory,
-    MetadataServerTokens,
-    ServiceAccountKey,
-    ServiceAccountKeyTokens,
+from egress_proxies.providers.gcp import UID_LABEL_KEY, GceInventory
+from egress_proxies.providers.gcp_auth import (
+    COMPUTE_SCOPE,
+    CredentialsError,
+    GoogleAuthTokens,
+    key_file_tokens,
+    metadata_server_tokens,
 )
 from egress_proxies.providers.inventory import (
     InstanceId,
@@ -31,87 +33,14 @@ from egress_proxies.providers.inventory import (
     InventoryError,
     PartialFailure,
 )
-from tests.integration.fake_compute import METADATA_TOKEN_PATH, FakeCompute, FakeInstance, serving
-
-PROJECT = "crawler-proxies"
-EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
-
-
-@dataclass
-class FakeClock:
-    """Seconds since the epoch, moved by hand."""
-
-    now: float = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(scope="module")
-def signing_key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-@pytest.fixture
-def key_file(tmp_path: Path, signing_key: rsa.RSAPrivateKey) -> Path:
-    """A key file shaped like the JSON `gcloud iam service-accounts keys create` writes."""
-    pem = signing_key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    path = tmp_path / "key.json"
-    path.write_text(
-        json.dumps(
-            {
-                "type": "service_account",
-                "project_id": PROJECT,
-                "private_key_id": "0123456789abcdef",
-                "private_key": pem,
-                "client_email": EMAIL,
-                "client_id": "1234567890",
-                "token_uri": "https://oauth2.googleapis.com/token",
-            }
-        )
-    )
-    return path
-
-
-@pytest.fixture
-async def compute(signing_key: rsa.RSAPrivateKey) -> AsyncIterator[FakeCompute]:
-    fake = FakeCompute(PROJECT, EMAIL, signing_key.public_key())
-    async with serving(fake):
-        yield fake
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as client:
-        yield client
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def tokens(
-    key_file: Path, compute: FakeCompute, session: aiohttp.ClientSession, clock: FakeClock
-) -> ServiceAccountKeyTokens:
-    key = ServiceAccountKey.from_file(key_file)
-    return ServiceAccountKeyTokens(key, session, token_url=f"{compute.url}/token", clock=clock)
-
-
-@pytest.fixture
-def inventory(
-    compute: FakeCompute, tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
-) -> GceInventory:
-    return GceInventory(PROJECT, tokens, session, compute_url=f"{compute.url}/compute/v1")
-
-
-def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
-    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
+from tests.integration.fake_compute import (
+    PROJECT,
+    SERVICE_ACCOUNT_EMAIL,
+    FakeClock,
+    FakeCompute,
+    FakeInstance,
+    labelled,
+)
 
 
 async def test_lists_labelled_instances_across_zones(
@@ -195,7 +124,7 @@ async def test_delete_refuses_what_is_not_an_instance_id(
 
 
 async def test_a_denied_listing_fails_whole_without_leaking_the_token(
-    compute: FakeCompute, tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
+    compute: FakeCompute, tokens: GoogleAuthTokens, session: aiohttp.ClientSession
 ) -> None:
     other = GceInventory(
         "another-project", tokens, session, compute_url=f"{compute.url}/compute/v1"
@@ -217,36 +146,49 @@ async def test_service_account_tokens_are_cached_until_shortly_before_expiry(
     await inventory.list_tagged()
     assert len(compute.issued_tokens) == 1
 
-    clock.now += compute.token_lifetime - 299
+    clock.now += compute.token_lifetime - 310
     await inventory.list_tagged()
+    assert len(compute.issued_tokens) == 1
 
+    clock.now += 20
+    await inventory.list_tagged()
     assert len(compute.issued_tokens) == 2
 
 
-async def test_a_token_signed_with_another_key_is_refused(
-    compute: FakeCompute, key_file: Path, session: aiohttp.ClientSession
+async def test_a_token_signed_with_another_key_is_refused_without_leaking_it(
+    compute: FakeCompute, key_file: Path
 ) -> None:
     compute.service_account_key = rsa.generate_private_key(65537, 2048).public_key()
-    key = ServiceAccountKey.from_file(key_file)
-    tokens = ServiceAccountKeyTokens(key, session, token_url=f"{compute.url}/token")
+    tokens = key_file_tokens(key_file)
 
-    with pytest.raises(InventoryError, match="invalid_grant: Invalid JWT Signature"):
+    with pytest.raises(InventoryError, match="invalid_grant: Invalid JWT Signature") as error:
         await tokens.bearer()
 
+    assert "PRIVATE KEY" not in str(error.value)
+    assert "assertion" not in str(error.value)
+    tokens.close()
 
-async def test_metadata_server_tokens(compute: FakeCompute, session: aiohttp.ClientSession) -> None:
-    tokens = MetadataServerTokens(session, token_url=f"{compute.url}{METADATA_TOKEN_PATH}")
+
+async def test_metadata_server_tokens(
+    compute: FakeCompute, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # google-auth reads GCE_METADATA_HOST once, at import; this is its resolved value.
+    monkeypatch.setattr(_metadata, "_GCE_METADATA_HOST", compute.url.removeprefix("http://"))
+    tokens = metadata_server_tokens()
     inventory = GceInventory(PROJECT, tokens, session, compute_url=f"{compute.url}/compute/v1")
     compute.instances = [labelled("us-central1-a", "proxy-aaaa", "uid-a")]
 
     listing = await inventory.list_tagged()
 
     assert [i.uid_label for i in listing.instances] == ["uid-a"]
-    assert repr(tokens) == f"<MetadataServerTokens via {compute.url}{METADATA_TOKEN_PATH}>"
+    assert compute.metadata_scopes == [COMPUTE_SCOPE]
+    kind = "google.auth.compute_engine.credentials.Credentials"
+    assert repr(tokens) == f"<GoogleAuthTokens {kind} {SERVICE_ACCOUNT_EMAIL} [token: fresh]>"
+    tokens.close()
 
 
 async def test_an_unreachable_api_is_an_inventory_error(
-    tokens: ServiceAccountKeyTokens, session: aiohttp.ClientSession
+    tokens: GoogleAuthTokens, session: aiohttp.ClientSession
 ) -> None:
     inventory = GceInventory(PROJECT, tokens, session, compute_url="http://127.0.0.1:9/compute/v1")
 
@@ -254,20 +196,23 @@ async def test_an_unreachable_api_is_an_inventory_error(
         await inventory.list_tagged()
 
 
-async def test_the_private_key_stays_out_of_reprs(
-    key_file: Path, signing_key: rsa.RSAPrivateKey, session: aiohttp.ClientSession
+async def test_reprs_name_the_account_but_never_the_key_or_token(
+    compute: FakeCompute, tokens: GoogleAuthTokens
 ) -> None:
-    key = ServiceAccountKey.from_file(key_file)
-    tokens = ServiceAccountKeyTokens(key, session)
+    prefix = f"<GoogleAuthTokens google.oauth2.service_account.Credentials {SERVICE_ACCOUNT_EMAIL}"
+    assert repr(tokens) == f"{prefix} [token: none]>"
 
-    assert "PRIVATE KEY" not in repr(key)
-    assert (
-        repr(tokens) == f"<ServiceAccountKeyTokens {EMAIL} via https://oauth2.googleapis.com/token>"
-    )
+    token = await tokens.bearer()
+
+    assert token == compute.issued_tokens[-1]
+    assert repr(tokens) == f"{prefix} [token: fresh]>"
 
 
 def test_a_key_file_that_is_not_a_service_account_key_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "user.json"
-    path.write_text(json.dumps({"type": "authorized_user", "refresh_token": "secret"}))
-    with pytest.raises(ValueError, match="not a service-account key"):
-        ServiceAccountKey.from_file(path)
+    path.write_text(json.dumps({"type": "authorized_user", "refresh_token": "s3cr3t-refresh"}))
+
+    with pytest.raises(CredentialsError, match="not a usable service-account key") as error:
+        key_file_tokens(path)
+
+    assert "s3cr3t-refresh" not in str(error.value)

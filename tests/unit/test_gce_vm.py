@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulumi
@@ -247,3 +247,12 @@ def test_mocked_runs_leave_no_pulumi_runtime_state_behind() -> None:
 
     assert pulumi.runtime.get_root_resource() is None
     assert not isinstance(pulumi.runtime.settings.get_monitor(), mocks.MockMonitor)
+
+
+def test_a_vm_left_by_a_killed_create_is_imported_by_its_id_and_only_then() -> None:
+    vm_id = f"projects/crawler-proxies/zones/europe-west4-b/instances/{NAME}"
+
+    adopting = deploy(replace(proxy(), adopt_instance=vm_id))
+
+    assert adopting.options(INSTANCE).importId == vm_id
+    assert deploy(proxy()).options(INSTANCE).importId == ""

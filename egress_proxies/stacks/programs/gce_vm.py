@@ -130,6 +130,8 @@ def gce_vm_program(inputs: ProgramInputs) -> None:
             replace_on_changes=[f'metadata["{USER_DATA_KEY}"]', *_REPLACE_RATHER_THAN_STOP],
             delete_before_replace=True,
             additional_secret_outputs=["metadata"],
+            # A VM a killed `up` created but never recorded (providers/gcp_adoption.py).
+            import_=inputs.adopt_instance,
         ),
     )
     if shape.allowed_source_ranges:
