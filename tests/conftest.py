@@ -88,13 +88,34 @@ async def kube(dev_cluster: ClusterHandle) -> AsyncIterator[KubeClient]:
         yield client
 
 
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+async def create_namespace(
+    kube: KubeClient, request: pytest.FixtureRequest, labels: dict[str, str] | None = None
+) -> str:
+    """A fresh namespace named after the test, once its default ServiceAccount exists."""
+    stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = f"{stem}-{secrets.token_hex(3)}"
+    await kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels or {}}})
+    await wait_for(lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"))
+    return name
+
+
 @pytest.fixture
 async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """A fresh namespace with its default ServiceAccount; deleted (not awaited) afterwards."""
-    stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
-    name = f"{stem}-{secrets.token_hex(3)}"
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    await wait_for(lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"))
+    name = await create_namespace(kube, request)
+    yield name
+    await kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+async def restricted_namespace(
+    kube: KubeClient, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """A fresh namespace whose pods must pass Pod Security "restricted" (API server admission)."""
+    name = await create_namespace(kube, request, RESTRICTED)
     yield name
     await kube.delete(f"/api/v1/namespaces/{name}")
 

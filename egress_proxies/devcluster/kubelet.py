@@ -49,7 +49,9 @@ _IMAGE_PULL_BACKOFF_AFTER = 3.0
 # A real kubelet's container restart back-off: 10 s, doubling, at most 5 minutes.
 _RESTART_BACKOFF_BASE = 10.0
 _RESTART_BACKOFF_CAP = 300.0
-_TERMINATION_LOG_LINES = 20
+# FallbackToLogsOnError: a real kubelet keeps the last 80 lines, at most 2048 bytes.
+_TERMINATION_LOG_LINES = 80
+_TERMINATION_LOG_BYTES = 2048
 
 
 def _now() -> str:
@@ -237,6 +239,7 @@ class LoopbackKubelet:
         meta = pod["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         restarts = 0
+        last_state: JsonObject | None = None
         while True:
             running = self._pods.get(uid)
             if running is None or running.stopping:
@@ -250,7 +253,9 @@ class LoopbackKubelet:
                     child.stop()
                     return
                 running.child = child
-                await self._report_running(namespace, name, plan, address, child, restarts)
+                await self._report_running(
+                    namespace, name, plan, address, child, restarts, last_state
+                )
                 logger.info(
                     "pod %s/%s running squid pid %d on %s:%d",
                     namespace,
@@ -264,15 +269,17 @@ class LoopbackKubelet:
                 while child.alive():  # noqa: ASYNC110 - a Popen has nothing to await
                     await asyncio.sleep(_EXIT_POLL_SECONDS)
                 ended = ContainerExitedError(
-                    child.process.returncode or 0, child.log_tail(_TERMINATION_LOG_LINES)
+                    _exit_code(child.process.returncode or 0),
+                    child.log_tail(_TERMINATION_LOG_LINES),
                 )
             if running.stopping:
                 return
-            terminated = _terminated_state(ended, plan)
+            terminated = _terminated_state(ended, plan, str(self._pods_dir / uid / "root"))
             if not _restarts(plan.restart_policy, ended.exit_code):
                 await self._report_terminated(namespace, name, plan, terminated, restarts)
                 return
             restarts += 1
+            last_state = {"terminated": terminated}
             delay = min(_RESTART_BACKOFF_CAP, _RESTART_BACKOFF_BASE * 2 ** (restarts - 1))
             await self._report_container(
                 namespace,
@@ -286,7 +293,7 @@ class LoopbackKubelet:
                     }
                 },
                 restarts=restarts,
-                last_state={"terminated": terminated},
+                last_state=last_state,
             )
             await asyncio.sleep(delay)
 
@@ -395,6 +402,7 @@ class LoopbackKubelet:
         address: str,
         child: Child,
         restarts: int,
+        last_state: JsonObject | None,
     ) -> None:
         now = _now()
         await self._report_container(
@@ -405,6 +413,7 @@ class LoopbackKubelet:
             state={"running": {"startedAt": now}},
             restarts=restarts,
             ready=True,
+            last_state=last_state,
             extra={
                 "podIP": address,
                 "podIPs": [{"ip": address}],
@@ -527,19 +536,28 @@ class ContainerExitedError(Exception):
         self.log_tail = log_tail
 
 
+def _exit_code(returncode: int) -> int:
+    """A container runtime's exit code: 128 + the signal for a process killed by one."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def _restarts(policy: str, exit_code: int) -> bool:
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
-def _terminated_state(ended: ContainerExitedError, plan: SquidPodPlan) -> JsonObject:
-    """A container's `terminated` state; its message is the log tail only if the pod asks."""
+def _terminated_state(ended: ContainerExitedError, plan: SquidPodPlan, pod_root: str) -> JsonObject:
+    """A container's `terminated` state; its message is the log tail only if the pod asks.
+
+    Paths in the log are shown as the container sees them (without the pod root).
+    """
     terminated: JsonObject = {
         "exitCode": ended.exit_code,
         "reason": "Completed" if ended.exit_code == 0 else "Error",
         "finishedAt": _now(),
     }
     if plan.logs_as_termination_message and ended.exit_code != 0 and ended.log_tail:
-        terminated["message"] = ended.log_tail[-4096:]
+        tail = ended.log_tail.replace(pod_root, "").encode()[-_TERMINATION_LOG_BYTES:]
+        terminated["message"] = tail.decode(errors="replace")
     return terminated
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import secrets
@@ -143,6 +144,12 @@ def new_operator(
 
 
 @pytest.fixture
+def namespace(restricted_namespace: str) -> str:
+    """Every e2e namespace enforces Pod Security "restricted": a regression is rejected."""
+    return restricted_namespace
+
+
+@pytest.fixture
 def operator(
     dev_cluster: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
@@ -171,6 +178,15 @@ def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"provider": "kubernetes", "kubernetes": {}, **spec},
     }
+
+
+async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, Any]) -> str:
+    """`user:password` of a managed Proxy, from its credentials Secret."""
+    secret_name = body["status"]["credentialsSecret"]
+    secret = await kube.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    user = base64.b64decode(secret["data"]["username"]).decode()
+    password = base64.b64decode(secret["data"]["password"]).decode()
+    return f"{user}:{password}"
 
 
 async def wait_for_condition(

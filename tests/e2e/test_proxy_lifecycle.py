@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-from typing import Any
 
 import aiohttp
 
@@ -18,6 +17,7 @@ from tests.e2e.conftest import (
     PodLister,
     PodRow,
     managed_proxy,
+    proxy_credentials,
     proxy_path,
     wait_for_condition,
     wait_gone,
@@ -38,14 +38,6 @@ def stacks_on_backend(operator: OperatorProcess) -> list[str]:
         check=True,
     )
     return sorted(entry["name"].rsplit("/", 1)[-1] for entry in json.loads(listing.stdout))
-
-
-async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, Any]) -> str:
-    secret_name = body["status"]["credentialsSecret"]
-    secret = await kube.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
-    user = base64.b64decode(secret["data"]["username"]).decode()
-    password = base64.b64decode(secret["data"]["password"]).decode()
-    return f"{user}:{password}"
 
 
 async def fetch_through(proxy_url: str, auth: str | None, origin_url: str) -> int:

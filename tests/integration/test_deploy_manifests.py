@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from egress_proxies import crd
@@ -178,17 +179,25 @@ def dry_run_apply(kubeconfig: Path, demo_namespace: str) -> subprocess.Completed
     )
 
 
-async def test_the_api_server_accepts_the_manifests(
-    dev_cluster: ClusterHandle, kube: KubeClient, namespace: str
-) -> None:
-    # A dry run creates nothing, so the namespaced objects need the namespace for real.
+async def operator_namespace(kube: KubeClient) -> None:
+    """The operator's namespace for real, with deploy/'s labels (a dry run creates nothing)."""
+    shipped = yaml.safe_load((DEPLOY / "base" / "namespace.yaml").read_text())
+    labels = shipped["metadata"]["labels"]
     try:
-        await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE, "labels": labels}})
     except ApiError as error:
         if error.status != 409:
             raise
+        await kube.patch(f"/api/v1/namespaces/{NAMESPACE}", {"metadata": {"labels": labels}})
+
+
+async def test_the_api_server_accepts_the_manifests(
+    dev_cluster: ClusterHandle, kube: KubeClient, namespace: str
+) -> None:
+    await operator_namespace(kube)
     done = await asyncio.to_thread(dry_run_apply, dev_cluster.kubeconfig, namespace)
     assert done.returncode == 0, done.stderr
+    assert "PodSecurity" not in done.stderr, done.stderr
     assert "deployment.apps/egress-proxies serverside-applied (server dry run)" in done.stdout
     assert (
         "persistentvolume/egress-proxies-state serverside-applied (server dry run)" in done.stdout
@@ -222,3 +231,26 @@ def test_the_quickstart_passes_shellcheck() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout
+
+
+async def test_the_operator_pod_passes_restricted_admission(
+    dev_cluster: ClusterHandle, kube: KubeClient
+) -> None:
+    await operator_namespace(kube)
+    built = {
+        (o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(kustomize(DEPLOY)) if o
+    }
+    template = built[("Deployment", "egress-proxies")]["spec"]["template"]
+    pod = {
+        "metadata": {"name": "admission-check", **template["metadata"]},
+        "spec": template["spec"],
+    }
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    created = await kube.request("POST", path, params={"dryRun": "All"}, body=pod)
+    assert created["metadata"]["name"] == "admission-check"
+    # The control: the same pod without its pod-level securityContext is refused.
+    spec = {key: value for key, value in template["spec"].items() if key != "securityContext"}
+    with pytest.raises(ApiError) as refused:
+        await kube.request("POST", path, params={"dryRun": "All"}, body={**pod, "spec": spec})
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "restricted' in str(refused.value)
