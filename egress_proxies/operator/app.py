@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,13 @@ from egress_proxies.gc.sweeper import (
 )
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import (
+    DEFAULT_BAN_BACKOFF_CAP,
+    DEFAULT_COOLDOWN_WINDOW,
+    DEFAULT_MAX_TTL,
+    Clock,
+    LeaseStore,
+)
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import (
@@ -82,6 +89,9 @@ class OperatorSettings:
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = 9090
     trace_health_probes: bool = False
+    lease_max_ttl: int = DEFAULT_MAX_TTL
+    lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
+    lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
 
 
 def passphrase_from_env() -> str | None:
@@ -99,6 +109,21 @@ def default_pulumi_root() -> Path | None:
         return Path(override)
     root = toolchain.cache_dir()
     return root if (root / "bin" / "pulumi").exists() else None
+
+
+def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseStore:
+    """The lease store with the configured limits; ConfigurationError for impossible ones."""
+    try:
+        return LeaseStore(
+            clock=clock,
+            cooldown_window=settings.lease_cooldown_window,
+            max_ttl=settings.lease_max_ttl,
+            ban_backoff_cap=settings.lease_ban_backoff_cap,
+        )
+    except ValueError as error:
+        raise ConfigurationError(
+            f"lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap): {error}"
+        ) from error
 
 
 def programs() -> dict[ProviderName, Program]:
@@ -122,7 +147,7 @@ class Operator:
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
         self.health_pump = HealthStatusPump(self.fleet, self.writer)
-        self.leases = LeaseStore()
+        self.leases = lease_store(settings)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
