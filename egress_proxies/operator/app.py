@@ -45,8 +45,14 @@ from egress_proxies.operator.handlers import (
     Program,
     register,
 )
-from egress_proxies.operator.health_status import HealthStatusPump
-from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, peer_identity
+from egress_proxies.operator.health_status import HealthStatusPump, never_paused
+from egress_proxies.operator.peering import (
+    DEFAULT_PEERING,
+    CachedGate,
+    Peering,
+    PeeringError,
+    peer_identity,
+)
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.providers.kubernetes import KubernetesInventory
@@ -146,7 +152,6 @@ class Operator:
         self.fleet = Fleet()
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
-        self.health_pump = HealthStatusPump(self.fleet, self.writer)
         self.leases = lease_store(settings)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
@@ -165,6 +170,12 @@ class Operator:
             )
             if settings.peering
             else None
+        )
+        # Paused by peering, the pump holds health reports instead of writing them.
+        self.health_pump = HealthStatusPump(
+            self.fleet,
+            self.writer,
+            gate=CachedGate(self.peering.sweep_blocker) if self.peering else never_paused,
         )
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
