@@ -28,6 +28,7 @@ from egress_proxies.model import (
     SPEC_HASH_ANNOTATION,
     UID_LABEL,
     VERSION,
+    Mode,
     ProviderName,
     ProxySpec,
     ProxyStatus,
@@ -195,7 +196,9 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         ):
             await _reconcile(c, dict(body), patch)
 
-    @kopf.on.delete(*resource, registry=registry)
+    # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
+    # on objects that a delete handler matches, so External ones get none.
+    @kopf.on.delete(*resource, registry=registry, when=is_managed)
     async def delete(body: kopf.Body, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
@@ -204,6 +207,11 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             log_context(namespace=namespace, proxy=name, stack=stack),
         ):
             await _delete(c, dict(body))
+
+
+def is_managed(spec: kopf.Spec, **_: Any) -> bool:
+    """Whether a Proxy is provisioned by the operator (its spec.mode is not External)."""
+    return spec.get("mode") != Mode.EXTERNAL.value
 
 
 def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:
