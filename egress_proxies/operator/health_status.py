@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 QUEUE_SIZE = 64
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
-PAUSED_RECHECK_SECONDS = 5.0
+PAUSED_RECHECK_SECONDS = 2.0
 
 Gate = Callable[[], Awaitable[str | None]]  # why not to write now, or None
 
