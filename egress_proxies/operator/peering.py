@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
+
 from egress_proxies.kube import ApiError, KubeClient
 
 PEERING_GROUP = "kopf.dev"
@@ -158,7 +160,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, OSError) as error:
+            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now

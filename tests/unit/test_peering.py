@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
+
+import aiohttp
 
 from egress_proxies.operator.peering import (
     CachedGate,
     Peer,
+    Peering,
     parse_peers,
     peer_identity,
     peering_paths,
@@ -98,3 +102,14 @@ async def test_the_status_pump_s_gate_reads_peering_at_most_every_max_age() -> N
     assert await cached() is None
     assert asked == [100.0, 102.0]
     assert repr(cached) == "<CachedGate [max age: 2 s | open]>"
+
+
+async def test_a_peering_object_that_cannot_be_read_pauses_and_raises_nothing() -> None:
+    class Disconnecting:
+        async def get(self, path: str) -> dict[str, Any]:
+            raise aiohttp.ServerDisconnectedError()
+
+    peering = Peering(Disconnecting(), "egress-proxies", 0, ME, ())  # type: ignore[arg-type]
+    reason = await peering.sweep_blocker()
+    assert reason is not None
+    assert "clusterkopfpeerings/egress-proxies failed: Server disconnected" in reason
