@@ -98,6 +98,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="one span per health probe (only when tracing is enabled by OTEL_* variables)",
     )
     run.add_argument(
+        "--lease-max-ttl",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600")),
+        help="the longest lease a crawler may ask for, in seconds (default 3600)",
+    )
+    run.add_argument(
+        "--lease-cooldown",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS", "300")),
+        help="seconds a rate-limited {proxy, target} pair cools; a ban's first cooldown "
+        "(default 300)",
+    )
+    run.add_argument(
+        "--lease-ban-backoff-cap",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_LEASE_BAN_BACKOFF_CAP_SECONDS", "21600")),
+        help="the longest cooldown after repeated bans, in seconds (default 21600 = 6 h)",
+    )
+    run.add_argument(
         "--gc-interval",
         type=float,
         default=float(os.environ.get("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "600")),
@@ -236,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 trace_health_probes=args.trace_health_probes,
                 gcp_project=args.gcp_project or None,
                 gce_watch_interval=datetime.timedelta(seconds=args.gce_watch_interval),
+                lease_max_ttl=args.lease_max_ttl,
+                lease_cooldown_window=args.lease_cooldown,
+                lease_ban_backoff_cap=args.lease_ban_backoff_cap,
             )
         )
     if args.command == "crd":

@@ -8,7 +8,11 @@ backend, and the instances each provider lists by UID label.
   counts as live: its finalizer owns the deletion) and to no stack, and it
   is older than the minimum age (it is not mid-create).
 - A stack whose Proxy is gone (its finalizer was removed by hand) is
-  destroyed and removed.
+  destroyed and removed once sweeps have seen it without its Proxy for at
+  least the minimum age. One sighting proves nothing: a Proxy created
+  between the sweep's list of Proxies and its read of the stacks has a stack
+  and is not in the list. The plan carries each such stack's first sighting
+  to the next sweep (`orphaned_since`); a stack whose Proxy is back drops out.
 - A live Proxy whose stack names an instance that its provider's complete
   listing lacks (deleted out of band) is re-reconciled, so `up` recreates it.
 
@@ -51,6 +55,8 @@ class SweepPlan:
     delete: tuple[TaggedInstance, ...] = ()
     destroy_stacks: tuple[str, ...] = ()
     reconcile: tuple[str, ...] = field(default=())  # stack names of drifted live Proxies
+    # Stacks seen without their Proxy, and since when: hand it to the next sweep.
+    orphaned_since: Mapping[str, datetime.datetime] = field(default_factory=dict)
 
 
 def plan_sweep(
@@ -60,8 +66,13 @@ def plan_sweep(
     *,
     now: datetime.datetime,
     min_age: datetime.timedelta,
+    orphaned_since: Mapping[str, datetime.datetime] | None = None,
 ) -> SweepPlan:
-    """Decide the sweep from one consistent read of Proxies, stacks and inventories."""
+    """Decide the sweep from one read of Proxies, stacks and inventories.
+
+    `orphaned_since` is the previous plan's: when each stack was first seen
+    without its Proxy.
+    """
     live_uids = {proxy.uid for proxy in proxies}
     live_stacks = {proxy.stack for proxy in proxies}
     stack_uids = {stack.uid for stack in stacks if stack.uid}
@@ -74,7 +85,11 @@ def plan_sweep(
         and instance.uid_label not in stack_uids
         and now - instance.created_at >= min_age
     )
-    destroy = tuple(stack.name for stack in stacks if stack.name not in live_stacks)
+    seen = orphaned_since or {}
+    orphaned = {
+        stack.name: seen.get(stack.name, now) for stack in stacks if stack.name not in live_stacks
+    }
+    destroy = tuple(name for name, since in orphaned.items() if now - since >= min_age)
     listed: dict[ProviderName, set[InstanceId]] = {
         provider: {instance.instance_id for instance in listing.instances}
         for provider, listing in listings.items()
@@ -88,4 +103,6 @@ def plan_sweep(
         and stack.instance_id
         and stack.instance_id not in listed[stack.provider]
     )
-    return SweepPlan(delete=delete, destroy_stacks=destroy, reconcile=reconcile)
+    return SweepPlan(
+        delete=delete, destroy_stacks=destroy, reconcile=reconcile, orphaned_since=orphaned
+    )

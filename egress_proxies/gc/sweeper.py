@@ -1,7 +1,9 @@
 """The orphan GC: reads Proxies, stacks and inventories, plans, then acts loudly.
 
 It runs every interval (first sweep one interval after start). Any read
-that fails skips the whole sweep: it never guesses. An operator restricted
+that fails skips the whole sweep: it never guesses. It remembers from sweep
+to sweep since when each stack has been without its Proxy (in memory: a
+restart starts the count again), and destroys it after the minimum age. An operator restricted
 to some namespaces refuses to sweep unless explicitly allowed, because its
 view of live Proxies is incomplete.
 """
@@ -13,7 +15,7 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -118,13 +120,14 @@ class Sweeper:
         self._gate = gate
         self._clock = clock
         self.last: SweepReport | None = None
+        self._orphaned_since: Mapping[str, datetime.datetime] = {}
 
     def __repr__(self) -> str:
         last = "never" if self.last is None else (self.last.skipped or "ok")
         providers = ",".join(inventory.provider for inventory in self._inventories)
         return (
             f"<Sweeper {providers} [interval: {self._interval} | min age: {self._min_age} | "
-            f"last: {last}]>"
+            f"orphaned stacks: {len(self._orphaned_since)} | last: {last}]>"
         )
 
     async def run(self) -> None:
@@ -180,7 +183,15 @@ class Sweeper:
         # A lock of a pulumi killed mid-operation is otherwise cleared only by the
         # next operation on that stack, which never comes once the stack is removed.
         await asyncio.to_thread(self._runner.backend.clear_stale_locks)
-        plan = plan_sweep(proxies, stacks, listings, now=self._clock(), min_age=self._min_age)
+        plan = plan_sweep(
+            proxies,
+            stacks,
+            listings,
+            now=self._clock(),
+            min_age=self._min_age,
+            orphaned_since=self._orphaned_since,
+        )
+        self._orphaned_since = plan.orphaned_since
         return await self._act(plan)
 
     async def _act(self, plan: SweepPlan) -> SweepReport:

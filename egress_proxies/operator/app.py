@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,13 @@ from egress_proxies.gc.sweeper import (
 from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
 from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import (
+    DEFAULT_BAN_BACKOFF_CAP,
+    DEFAULT_COOLDOWN_WINDOW,
+    DEFAULT_MAX_TTL,
+    Clock,
+    LeaseStore,
+)
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.fleet import Fleet
@@ -44,9 +51,15 @@ from egress_proxies.operator.handlers import (
     register,
     touch,
 )
-from egress_proxies.operator.health_status import HealthStatusPump
+from egress_proxies.operator.health_status import HealthStatusPump, never_paused
 from egress_proxies.operator.instances import InstanceCache
-from egress_proxies.operator.peering import DEFAULT_PEERING, Peering, PeeringError, peer_identity
+from egress_proxies.operator.peering import (
+    DEFAULT_PEERING,
+    CachedGate,
+    Peering,
+    PeeringError,
+    peer_identity,
+)
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
@@ -97,6 +110,9 @@ class OperatorSettings:
     trace_health_probes: bool = False
     gcp_project: str | None = None  # None: no GCE inventory in the GC, no GCE instance watch
     gce_watch_interval: datetime.timedelta = DEFAULT_WATCH_INTERVAL
+    lease_max_ttl: int = DEFAULT_MAX_TTL
+    lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
+    lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
 
 
 def passphrase_from_env() -> str | None:
@@ -114,6 +130,21 @@ def default_pulumi_root() -> Path | None:
         return Path(override)
     root = toolchain.cache_dir()
     return root if (root / "bin" / "pulumi").exists() else None
+
+
+def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseStore:
+    """The lease store with the configured limits; ConfigurationError for impossible ones."""
+    try:
+        return LeaseStore(
+            clock=clock,
+            cooldown_window=settings.lease_cooldown_window,
+            max_ttl=settings.lease_max_ttl,
+            ban_backoff_cap=settings.lease_ban_backoff_cap,
+        )
+    except ValueError as error:
+        raise ConfigurationError(
+            f"lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap): {error}"
+        ) from error
 
 
 def programs() -> dict[ProviderName, Program]:
@@ -136,8 +167,7 @@ class Operator:
         self.fleet = Fleet()
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
-        self.health_pump = HealthStatusPump(self.fleet, self.writer)
-        self.leases = LeaseStore()
+        self.leases = lease_store(settings)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
@@ -155,6 +185,12 @@ class Operator:
             )
             if settings.peering
             else None
+        )
+        # Paused by peering, the pump holds health reports instead of writing them.
+        self.health_pump = HealthStatusPump(
+            self.fleet,
+            self.writer,
+            gate=CachedGate(self.peering.sweep_blocker) if self.peering else never_paused,
         )
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(

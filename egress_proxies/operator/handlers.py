@@ -30,6 +30,7 @@ from egress_proxies.model import (
     SPEC_HASH_ANNOTATION,
     UID_LABEL,
     VERSION,
+    Mode,
     ProviderName,
     ProxySpec,
     ProxyStatus,
@@ -217,7 +218,9 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         ):
             await _reconcile(c, body, patch)
 
-    @kopf.on.delete(*resource, registry=registry)
+    # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
+    # on objects that a delete handler matches, so External ones get none.
+    @kopf.on.delete(*resource, registry=registry, when=is_managed)
     async def delete(body: kopf.Body, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
@@ -242,6 +245,11 @@ def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> 
             return
         meta = proxy["metadata"]
         await touch(c, meta["namespace"], meta["name"], INSTANCE_STATE_ANNOTATION, seen.signature)
+
+
+def is_managed(spec: kopf.Spec, **_: Any) -> bool:
+    """Whether a Proxy is provisioned by the operator (its spec.mode is not External)."""
+    return spec.get("mode") != Mode.EXTERNAL.value
 
 
 def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:

@@ -6,22 +6,27 @@ KopfPeering per namespace for one limited to some) and pauses its handlers
 while another live peer has a higher or the same priority. The orphan GC runs
 beside kopf, not inside it, so it reads the same object and applies the same
 rule: it sweeps only while no other live peer has a priority at least its own.
-The object must exist for kopf to unpause, so the operator creates it when
-missing.
+The health status pump, also beside kopf, holds its writes by the same rule
+(read at most every few seconds: it asks before every write). The object must
+exist for kopf to unpause, so the operator creates it when missing.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import aiohttp
 
 from egress_proxies.kube import ApiError, KubeClient
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
 DEFAULT_PEERING = "egress-proxies"
+PAUSE_CHECK_SECONDS = 2.0
 
 
 class PeeringError(RuntimeError):
@@ -155,7 +160,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, OSError) as error:
+            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now
@@ -163,3 +168,35 @@ class Peering:
             if reason:
                 return reason
         return None
+
+
+class CachedGate:
+    """A gate (why not to act now, or None) asked at most once per `max_age` seconds.
+
+    The status pump asks before every write; a burst of reports then costs one
+    read of the peering objects, and a pause is noticed within `max_age`.
+    """
+
+    def __init__(
+        self,
+        gate: Callable[[], Awaitable[str | None]],
+        max_age: float = PAUSE_CHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._gate = gate
+        self._max_age = max_age
+        self._clock = clock
+        self._answer: str | None = None
+        self._asked_at: float | None = None
+
+    def __repr__(self) -> str:
+        state = "unasked" if self._asked_at is None else (self._answer or "open")
+        return f"<CachedGate [max age: {self._max_age:g} s | {state}]>"
+
+    async def __call__(self) -> str | None:
+        """The gate's answer, asked again when the last one is `max_age` old."""
+        now = self._clock()
+        if self._asked_at is None or now - self._asked_at >= self._max_age:
+            self._answer = await self._gate()
+            self._asked_at = now
+        return self._answer

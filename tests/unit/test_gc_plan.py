@@ -79,15 +79,63 @@ def test_an_incomplete_listing_deletes_nothing_and_reports_no_drift() -> None:
     assert plan.delete == () and plan.reconcile == ()
 
 
-def test_a_stack_without_its_proxy_is_destroyed() -> None:
+def test_a_stack_first_seen_without_its_proxy_is_kept_its_proxy_may_be_new() -> None:
+    # The Proxy was created after the sweep listed Proxies, and its handler
+    # created the stack before the sweep read the stacks.
     plan = plan_sweep(
         [LiveProxy("crawl.live", "uid-live")],
-        [stack("crawl.live", "uid-live"), stack("crawl.dead", "uid-dead")],
+        [stack("crawl.live", "uid-live"), stack("crawl.new", "uid-new")],
         listing(),
         now=NOW,
         min_age=MIN_AGE,
     )
-    assert plan.destroy_stacks == ("crawl.dead",)
+    assert plan.destroy_stacks == ()
+    assert plan.orphaned_since == {"crawl.new": NOW}
+
+
+def test_a_stack_without_its_proxy_for_the_minimum_age_is_destroyed() -> None:
+    stacks = [stack("crawl.live", "uid-live"), stack("crawl.dead", "uid-dead")]
+    proxies = [LiveProxy("crawl.live", "uid-live")]
+    first = plan_sweep(proxies, stacks, listing(), now=NOW, min_age=MIN_AGE)
+    almost = plan_sweep(
+        proxies,
+        stacks,
+        listing(),
+        now=NOW + MIN_AGE - datetime.timedelta(seconds=1),
+        min_age=MIN_AGE,
+        orphaned_since=first.orphaned_since,
+    )
+    assert almost.destroy_stacks == ()
+    assert almost.orphaned_since == {"crawl.dead": NOW}
+    due = plan_sweep(
+        proxies,
+        stacks,
+        listing(),
+        now=NOW + MIN_AGE,
+        min_age=MIN_AGE,
+        orphaned_since=almost.orphaned_since,
+    )
+    assert due.destroy_stacks == ("crawl.dead",)
+
+
+def test_a_stack_whose_proxy_is_back_starts_over() -> None:
+    stacks = [stack("crawl.p1", "uid-1")]
+    gone = plan_sweep([], stacks, listing(), now=NOW, min_age=MIN_AGE)
+    back = plan_sweep(
+        [LiveProxy("crawl.p1", "uid-1")],
+        stacks,
+        listing(),
+        now=NOW + MIN_AGE,
+        min_age=MIN_AGE,
+        orphaned_since=gone.orphaned_since,
+    )
+    assert back.orphaned_since == {}
+    later = NOW + 2 * MIN_AGE
+    gone_again = plan_sweep(
+        [], stacks, listing(), now=later, min_age=MIN_AGE, orphaned_since=back.orphaned_since
+    )
+    assert gone_again.destroy_stacks == ()
+    assert gone_again.orphaned_since == {"crawl.p1": later}
 
 
 def test_a_live_proxy_whose_instance_vanished_is_reconciled() -> None:

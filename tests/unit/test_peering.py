@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
+
+import aiohttp
 
 from egress_proxies.operator.peering import (
+    CachedGate,
     Peer,
+    Peering,
     parse_peers,
     peer_identity,
     peering_paths,
@@ -76,3 +81,35 @@ def test_identity_is_the_pod_name_in_a_cluster_else_the_stored_one() -> None:
     assert peer_identity({"POD_ID": "op-7f9"}, "me@host/1234") == "op-7f9"
     assert peer_identity({"POD_ID": ""}, "me@host/1234") == "me@host/1234"
     assert peer_identity({}, "me@host/1234") == "me@host/1234"
+
+
+async def test_the_status_pump_s_gate_reads_peering_at_most_every_max_age() -> None:
+    asked: list[float] = []
+    now = [100.0]
+    answers = iter(["leader has a higher priority", None])
+
+    async def gate() -> str | None:
+        asked.append(now[0])
+        return next(answers)
+
+    cached = CachedGate(gate, max_age=2.0, clock=lambda: now[0])
+    assert repr(cached) == "<CachedGate [max age: 2 s | unasked]>"
+    assert await cached() == "leader has a higher priority"
+    now[0] += 1.9
+    assert await cached() == "leader has a higher priority"
+    assert asked == [100.0]
+    now[0] += 0.1
+    assert await cached() is None
+    assert asked == [100.0, 102.0]
+    assert repr(cached) == "<CachedGate [max age: 2 s | open]>"
+
+
+async def test_a_peering_object_that_cannot_be_read_pauses_and_raises_nothing() -> None:
+    class Disconnecting:
+        async def get(self, path: str) -> dict[str, Any]:
+            raise aiohttp.ServerDisconnectedError()
+
+    peering = Peering(Disconnecting(), "egress-proxies", 0, ME, ())  # type: ignore[arg-type]
+    reason = await peering.sweep_blocker()
+    assert reason is not None
+    assert "clusterkopfpeerings/egress-proxies failed: Server disconnected" in reason
