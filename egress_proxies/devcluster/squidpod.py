@@ -4,8 +4,8 @@ The loopback kubelet runs a pod's Squid as a host process, so the pod's
 files are laid out under a per-pod root directory the way a real kubelet
 lays out its volumes (ownership, modes, `fsGroup`, `subPath`), beside the
 writable directories of the squid image itself. The pod's squid.conf is
-rewritten in three ways only: `http_port` binds the pod's own 127.x.y.z
-address; paths under the pod's mounts and the image's directories point
+rewritten in four ways only: `http_port` binds the pod's own 127.x.y.z
+address, and outgoing connections leave from it (`tcp_outgoing_address`); paths under the pod's mounts and the image's directories point
 into the pod root (squid's compiled-in defaults for the pid file and logs
 are written out, so they land there too); and a few process-level
 directives that only tune the host process (`workers`, `pinger_enable`,
@@ -338,6 +338,9 @@ def rewrite_config(
             mapped = " ".join(_map_path(word, prefixes, pod_root) for word in default.split())
             lines.append(f"{directive} {mapped}")
     lines += ["pinger_enable off", "shutdown_lifetime 1 seconds"]
+    if "tcp_outgoing_address" not in seen:
+        # As from a real pod: the origin sees the pod's own address, not the host's.
+        lines.append(f"tcp_outgoing_address {pod_ip}")
     return "\n".join(lines) + "\n", ports
 
 

@@ -225,6 +225,7 @@ def test_rewrite_binds_the_pod_ip_and_maps_mounted_paths() -> None:
     assert "cache_log /dev/stderr" in lines
     assert "access_log stdio:/dev/stdout" in lines
     assert not any(line.startswith("workers") for line in lines)
+    assert "tcp_outgoing_address 127.9.0.2" in lines
 
 
 def test_rewrite_writes_squids_defaults_into_the_pod_root() -> None:
