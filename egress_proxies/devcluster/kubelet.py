@@ -19,9 +19,10 @@ import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from egress_proxies.devcluster import toolchain
 from egress_proxies.devcluster.processes import Child, Identity, spawn
@@ -108,6 +109,9 @@ class LoopbackKubelet:
         self._pid_dir = pid_dir
         self._addresses = addresses
         self._pods: dict[str, RunningPod] = {}
+        # Stops and finalizations: each takes about a second (squid's shutdown), so they
+        # run beside the watch loop instead of holding up every other pod's events.
+        self._teardowns: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         running = sum(1 for pod in self._pods.values() if pod.child and pod.child.alive())
@@ -131,7 +135,11 @@ class LoopbackKubelet:
 
     async def stop_all(self) -> None:
         """Stop every squid this kubelet started, all at once (each takes about a second)."""
-        await asyncio.gather(*(self._stop(pod) for pod in list(self._pods.values())))
+        await asyncio.gather(
+            *(self._stop(pod) for pod in list(self._pods.values())),
+            *self._teardowns,
+            return_exceptions=True,
+        )
         self._pods.clear()
 
     async def _watch(self, resource_version: str) -> None:
@@ -154,19 +162,24 @@ class LoopbackKubelet:
         if event_type == "DELETED":
             known = self._pods.pop(uid, None)
             if known is not None:
-                await self._stop(known)
+                self._in_background(self._stop(known), f"stop {uid}")
             self._addresses.release(uid)
             return
         node = spec.get("nodeName", "")
         if node not in ("", NODE_NAME):
             return
         if meta.get("deletionTimestamp"):
-            await self._finalize(pod)
+            self._in_background(self._finalize(pod), f"finalize {meta['namespace']}/{meta['name']}")
             return
         if uid in self._pods or pod.get("status", {}).get("phase") in ("Failed", "Succeeded"):
             return
         task = asyncio.create_task(self._start(pod), name=f"pod {meta['namespace']}/{meta['name']}")
         self._pods[uid] = RunningPod(meta["namespace"], meta["name"], uid, task)
+
+    def _in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)
 
     async def _register_node(self) -> None:
         node = {

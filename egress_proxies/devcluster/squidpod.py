@@ -5,10 +5,11 @@ files are laid out under a per-pod root directory the way a real kubelet
 lays out its volumes (ownership, modes, `fsGroup`, `subPath`), beside the
 writable directories of the squid image itself. The pod's squid.conf is
 rewritten in four ways only: `http_port` binds the pod's own 127.x.y.z
-address, and outgoing connections leave from it (`tcp_outgoing_address`); paths under the pod's mounts and the image's directories point
-into the pod root (squid's compiled-in defaults for the pid file and logs
-are written out, so they land there too); and a few process-level
-directives that only tune the host process (`workers`, `pinger_enable`,
+address, and outgoing connections leave from it (`tcp_outgoing_address`);
+paths under the pod's mounts and the image's directories point into the
+pod root (squid's compiled-in defaults for the pid file and logs are
+written out, so they land there too); and a few process-level directives
+that only tune the host process (`workers`, `pinger_enable`,
 `shutdown_lifetime`) are replaced.
 """
 

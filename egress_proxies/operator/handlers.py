@@ -291,12 +291,13 @@ async def _observe(
     c: Components, view: machine.ProxyView, body: Mapping[str, Any]
 ) -> machine.Observed:
     stack = c.runner.state(stack_name(view.namespace, view.name))
-    watched = view.spec.provider == ProviderName.KUBERNETES and stack is not None
+    instance_id = stack.outputs.get("instanceId") if stack is not None else None
+    watched = view.spec.provider == ProviderName.KUBERNETES and isinstance(instance_id, str)
     observed = machine.Observed(
         stack=stack,
         instance_missing=reconcile_requested(body) is not None,
         watches_instances=watched,
-        instance=await _instance(c, view) if watched else None,
+        instance=await _instance(c, view, str(instance_id)) if watched else None,
     )
     ref = view.spec.cloud_init
     if ref is None:
@@ -311,19 +312,25 @@ async def _observe(
     return dataclasses.replace(observed, cloud_init=data[CLOUD_INIT_KEY])
 
 
-async def _instance(c: Components, view: machine.ProxyView) -> InstanceObservation:
-    """The pod as the watch last saw it; read directly when the watch has not shown it yet."""
-    seen = c.instances.get(view.uid)
+async def _instance(
+    c: Components, view: machine.ProxyView, instance_id: str
+) -> InstanceObservation:
+    """The stack's pod as the watch last saw it; read directly if the watch has not shown it."""
+    seen = c.instances.get(view.uid, instance_id)
     if seen is not None:
         return seen
-    name = instance_name(view.uid)
     try:
-        pod = await c.client.get(f"/api/v1/namespaces/{view.namespace}/pods/{name}")
+        pod = await c.client.get(_pod_path(instance_id))
     except ApiError as error:
         if error.status != 404:
             raise
-        return gone("missing", f"pods/{view.namespace}/{name}")
+        return gone("missing", instance_id)
     return observe_pod(pod)
+
+
+def _pod_path(instance_id: str) -> str:
+    _, namespace, name = instance_id.split("/", 2)
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
 async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> None:
@@ -353,7 +360,7 @@ async def _remove_instance(
 ) -> None:
     """Delete a dead pod (this incarnation only) and wait until its name is free again."""
     c.instances.retire(view.uid, instance.key)
-    path = f"/api/v1/namespaces/{view.namespace}/pods/{instance_name(view.uid)}"
+    path = _pod_path(instance.instance_id)
     try:
         await c.client.request(
             "DELETE", path, body={"gracePeriodSeconds": 0, "preconditions": {"uid": instance.key}}

@@ -1,9 +1,10 @@
-"""The operator's view of the instances it watches (Squid pods), keyed by Proxy UID.
+"""The operator's view of the instances it watches (Squid pods), by Proxy UID and instance id.
 
-Fed by the pod watch. It remembers a deleted pod as Gone (so the state
-machine can tell "deleted" from "not seen yet"), and forgets the pods the
-handlers replaced on purpose, so their late events cannot be mistaken for
-a new failure.
+Fed by the pod watch. A Proxy may briefly have two pods (a new shape is
+created before the old pod goes), so the state machine asks for the one
+its stack names. A deleted pod is remembered as Gone (so the state machine
+can tell "deleted" from "not seen yet"); the pods the handlers replaced on
+purpose are forgotten, so their late events cannot look like a new failure.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from egress_proxies.model import UID_LABEL
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod, pod_instance_id
 
+_KEPT_PER_PROXY = 3  # the current pod, the one it replaces, and a tombstone
+
 
 class InstanceCache:
     """Latest observation of each Proxy's pod."""
 
     def __init__(self) -> None:
-        self._by_proxy: dict[str, InstanceObservation] = {}
+        self._by_proxy: dict[str, dict[str, InstanceObservation]] = {}
         self._retired: set[str] = set()
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
-        for seen in self._by_proxy.values():
+        for seen in (seen for pods in self._by_proxy.values() for seen in pods.values()):
             counts[seen.health.value] = counts.get(seen.health.value, 0) + 1
         summary = ", ".join(f"{count} {health}" for health, count in sorted(counts.items()))
         return f"<InstanceCache [{summary or 'empty'} | retired: {len(self._retired)}]>"
@@ -44,31 +47,33 @@ class InstanceCache:
         if proxy_uid is None or meta["uid"] in self._retired:
             self._retired.discard(meta["uid"])
             return None
-        current = self._by_proxy.get(proxy_uid)
+        instance_id = pod_instance_id(meta["namespace"], meta["name"])
+        current = self._by_proxy.get(proxy_uid, {}).get(instance_id)
         if current is not None and current.key != meta["uid"]:
-            return None  # an older pod of this Proxy; a newer one is already known
-        return self._record(
-            proxy_uid, gone(meta["uid"], pod_instance_id(meta["namespace"], meta["name"]))
-        )
+            return None  # an older pod of that name; a newer one is already known
+        return self._record(proxy_uid, gone(meta["uid"], instance_id))
 
-    def get(self, proxy_uid: str) -> InstanceObservation | None:
-        """The latest observation of a Proxy's pod, if any was seen."""
-        return self._by_proxy.get(proxy_uid)
+    def get(self, proxy_uid: str, instance_id: str) -> InstanceObservation | None:
+        """The latest observation of one of a Proxy's pods, if it was seen."""
+        return self._by_proxy.get(proxy_uid, {}).get(instance_id)
 
     def retire(self, proxy_uid: str, key: str) -> None:
         """The handlers replaced this incarnation: ignore anything more it reports."""
         self._retired.add(key)
-        current = self._by_proxy.get(proxy_uid)
-        if current is not None and current.key == key:
-            del self._by_proxy[proxy_uid]
+        pods = self._by_proxy.get(proxy_uid, {})
+        for instance_id in [i for i, seen in pods.items() if seen.key == key]:
+            del pods[instance_id]
 
     def forget_proxy(self, proxy_uid: str) -> None:
         """The Proxy is gone: drop what was seen of its pod."""
         self._by_proxy.pop(proxy_uid, None)
 
     def _record(self, proxy_uid: str, seen: InstanceObservation) -> InstanceObservation | None:
-        previous = self._by_proxy.get(proxy_uid)
-        self._by_proxy[proxy_uid] = seen
+        pods = self._by_proxy.setdefault(proxy_uid, {})
+        previous = pods.pop(seen.instance_id, None)
+        pods[seen.instance_id] = seen  # the most recently seen last
+        while len(pods) > _KEPT_PER_PROXY:
+            del pods[next(iter(pods))]
         if previous is not None and previous.signature == seen.signature:
             return None
         return seen

@@ -29,11 +29,28 @@ FAST_GC = {
 
 
 def stray_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod nobody owns, compliant with the e2e namespaces' "restricted" Pod Security."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+        "spec": {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox:1.36",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
     }
 
 

@@ -15,7 +15,7 @@ import pytest
 from egress_proxies.devcluster import Credentials, KubeClient, StateLayout
 from egress_proxies.devcluster.processes import process_runs
 from tests.conftest import wait_for
-from tests.integration.test_loopback_kubelet import OPEN_SQUID_CONF, start_squid_pod
+from tests.integration.test_loopback_kubelet import OPEN_SQUID_CONF, squid_pid, start_squid_pod
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -50,14 +50,16 @@ async def test_detached_cluster_serves_until_down_and_leaves_nothing(state_dir: 
     async with KubeClient(Credentials.from_kubeconfig(layout.kubeconfig)) as kube:
         version = await kube.get("/version")
         assert version["gitVersion"].startswith("v1.")
-        await start_squid_pod(kube, "default", "lifecycle", OPEN_SQUID_CONF)
+        pod = await start_squid_pod(kube, "default", "lifecycle", OPEN_SQUID_CONF)
     processes = recorded_processes(layout)
+    # A pod without runAsUser starts squid as root, in its own PID namespace (`unshare`).
     assert sorted(set(processes.values())) == [
         "etcd",
         "kube-apiserver",
         "kube-controller-manager",
-        "squid",
+        "unshare",
     ]
+    processes[squid_pid(pod)] = "squid"
 
     again = cli("up", "--state-dir", str(state_dir), "--detach")
     assert again.returncode == 0 and "already running" in again.stderr
@@ -73,9 +75,12 @@ async def test_a_killed_supervisor_takes_every_process_with_it(state_dir: Path) 
     assert cli("up", "--state-dir", str(state_dir), "--detach").returncode == 0
     layout = StateLayout(state_dir)
     async with KubeClient(Credentials.from_kubeconfig(layout.kubeconfig)) as kube:
-        await start_squid_pod(kube, "default", "orphan-check", OPEN_SQUID_CONF)
+        pod = await start_squid_pod(kube, "default", "orphan-check", OPEN_SQUID_CONF)
     processes = recorded_processes(layout)
-    assert "squid" in processes.values()
+    assert "unshare" in processes.values()
+    # squid itself dropped to `proxy` (losing its parent-death signal): it must die too.
+    processes[squid_pid(pod)] = "squid"
+    assert process_runs(squid_pid(pod), "squid")
     supervisor = int(layout.supervisor_pid.read_text().split()[0])
 
     os.kill(supervisor, signal.SIGKILL)

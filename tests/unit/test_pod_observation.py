@@ -99,17 +99,17 @@ def test_the_cache_reports_only_changes_and_remembers_deletions() -> None:
     assert cache.put_pod(pod(READY)) is not None
     gone = cache.remove_pod(pod(READY))
     assert gone is not None and gone.health == InstanceHealth.GONE
-    assert cache.get("proxy-uid") == gone
+    assert cache.get("proxy-uid", "pods/crawl/proxy-x") == gone
 
 
 def test_a_retired_pod_is_ignored_and_an_older_pods_deletion_is_not_news() -> None:
     cache = InstanceCache()
     cache.put_pod(pod({"phase": "Failed"}, uid="old"))
     cache.retire("proxy-uid", "old")
-    assert cache.get("proxy-uid") is None
+    assert cache.get("proxy-uid", "pods/crawl/proxy-x") is None
     assert cache.remove_pod(pod({"phase": "Failed"}, uid="old")) is None
     cache.put_pod(pod(READY, uid="new"))
     assert cache.remove_pod(pod({}, uid="older")) is None
-    seen = cache.get("proxy-uid")
+    seen = cache.get("proxy-uid", "pods/crawl/proxy-x")
     assert seen is not None and seen.key == "new"
     assert "1 Ready" in repr(cache)

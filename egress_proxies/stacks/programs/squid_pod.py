@@ -1,9 +1,10 @@
 """Inline program: one authenticated Squid pod in the Proxy's namespace.
 
 Declares a Secret (the bcrypt passwd file), a ConfigMap (squid.conf) and the
-Pod, all named from the Proxy UID and labelled with it. The pod is replaced
-(deleted first: its name is fixed) whenever its spec changes; a cloud-init
-change reaches the pod as an environment value, which forces that too.
+Pod, all named from the Proxy UID and labelled with it. The pod's name ends
+in a digest of everything that shapes it, so a changed spec (or cloud-init,
+which reaches the pod as an environment value) is a new pod, created before
+the old one is deleted: the new pod never waits for the old name to be free.
 Exports `port` and `instanceId` (`pods/<namespace>/<pod name>`, the id the
 Kubernetes inventory lists it under).
 
@@ -18,6 +19,7 @@ never start costs a stack operation seconds, not a five-minute await.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pulumi
@@ -77,14 +79,26 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     )
     pod = Pod(
         "squid",
-        metadata={**metadata, "annotations": SKIP_AWAIT},
+        metadata={**metadata, "name": pod_name(inputs), "annotations": SKIP_AWAIT},
         spec=pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),
-        opts=pulumi.ResourceOptions(delete_before_replace=True),
     )
     pulumi.export("port", inputs.port)
     pulumi.export(
         "instanceId", pulumi.Output.concat("pods/", inputs.namespace, "/", pod.metadata["name"])
     )
+
+
+def pod_name(inputs: ProgramInputs) -> str:
+    """`<instance name>-<digest of the pod's shape>`: a new shape is a new name."""
+    shape = json.dumps(
+        [
+            inputs.spec.kubernetes.model_dump(mode="json") if inputs.spec.kubernetes else None,
+            inputs.port,
+            hashlib.sha256(inputs.cloud_init.encode()).hexdigest() if inputs.cloud_init else None,
+        ],
+        sort_keys=True,
+    )
+    return f"{inputs.instance_name}-{hashlib.sha256(shape.encode()).hexdigest()[:6]}"
 
 
 def pod_spec(inputs: ProgramInputs, auth_name: Any, config_name: Any) -> dict[str, Any]:
