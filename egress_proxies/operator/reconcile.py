@@ -55,6 +55,7 @@ QUOTA_EXCEEDED = "QuotaExceeded"
 TRANSIENT_ERROR = "TransientError"
 CLOUD_INIT_ERROR = "CloudInitError"
 STARTING = "Starting"
+INSTANCE_MISSING = "InstanceMissing"  # the Event when the GC or the GCE poll saw it gone
 RECREATING = "Recreating"
 
 
@@ -206,7 +207,10 @@ def _decide_managed(view: ProxyView, observed: Observed, now: str, policy: Retry
     if observed.instance_missing:
         reason, message = PROVISIONING, "the instance was deleted out of band; recreating it"
     status = _provisioned(view, ConditionStatus.FALSE, reason, message, now)
-    return Decision(Action.UP, status, spec_hash=wanted, refresh=observed.instance_missing)
+    events = (Event("Warning", INSTANCE_MISSING, message),) if observed.instance_missing else ()
+    return Decision(
+        Action.UP, status, spec_hash=wanted, refresh=observed.instance_missing, events=events
+    )
 
 
 def _decide_instance(

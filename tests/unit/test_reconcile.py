@@ -244,3 +244,9 @@ def test_a_failure_summary_names_the_cause_not_pulumis_trailer() -> None:
     )
     assert "is forbidden" in machine.summarize_error(text)
     assert machine.summarize_error("") == "unknown error"
+
+
+def test_an_instance_gone_from_its_provider_is_recreated_with_a_refresh_and_an_event() -> None:
+    decision = decide(view(), Observed(stack=stack(current_outputs()), instance_missing=True), NOW)
+    assert decision.action == Action.UP and decision.refresh
+    assert [event.reason for event in decision.events] == [machine.INSTANCE_MISSING]
