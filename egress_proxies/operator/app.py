@@ -73,6 +73,7 @@ from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
+from egress_proxies.telemetry.memory import snapshots_on_signal
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
 
@@ -432,6 +433,7 @@ def run_operator(settings: OperatorSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        snapshots_on_signal(os.environ, loop)
         try:
             await operator.run(stop)
         except PeeringError as error:

@@ -1,0 +1,251 @@
+"""Operator memory per Proxy: RSS at 0, 100 and 300 Ready Proxies, External and managed.
+
+Runs the real operator (`egress-proxies run`) on a dev cluster, once per
+kind of Proxy, and reads its own process's resident memory (children
+excluded: pulumi and the plugins are separate processes) with no Proxy and
+after each count has become Ready. External Proxies (all pointing at one
+open Squid pod) measure what a Proxy costs without a stack: the watch
+caches, the fleet, the health engine, the status writer. Managed ones add
+the stack and the pod watch. `--tracemalloc` also diffs allocation
+snapshots of the operator (0 vs the largest count) by allocation site;
+tracemalloc's own overhead inflates RSS then, so its RSS numbers are not
+comparable to a run without it.
+
+    .venv/bin/python -m bench.memory [--counts 100,300] [--kinds external,managed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.reconcile import (
+    OPERATOR_ENV,
+    POLL_MANY,
+    PROGRESS_EVERY,
+    SETTLE_SECONDS,
+    STALL_SECONDS,
+    Descendants,
+    Progress,
+    create_namespace,
+    dev_cluster,
+    operator_pid,
+    phase,
+    running,
+    sample_rss,
+    wait_operator_up,
+)
+from egress_proxies.devcluster import KubeClient
+from egress_proxies.model import GROUP, VERSION
+from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
+from tests.conftest import wait_for
+from tests.e2e.conftest import OperatorProcess, new_operator, proxy_path
+from tests.integration.origins import serve_origin
+
+OPEN_SQUID = "http_port 3128\nhttp_access allow all\n"
+TOP_SITES = 15
+
+
+def proxy_body(name: str, kind: str, endpoint: str, health_url: str) -> dict[str, Any]:
+    """One Proxy of a kind: External (at `endpoint`) or a managed Squid pod."""
+    spec: dict[str, Any] = {"healthCheck": {"url": health_url, "expectedStatus": 200}}
+    if kind == "external":
+        spec |= {"mode": "External", "endpoint": {"host": endpoint, "port": 3128}}
+    else:
+        spec |= {"provider": "kubernetes", "kubernetes": {}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Proxy",
+        "metadata": {"name": name, "labels": {"bench": kind}},
+        "spec": spec,
+    }
+
+
+async def open_squid(kube: KubeClient, namespace: str) -> str:
+    """An open Squid pod for the External Proxies to point at; its pod IP."""
+    base = f"/api/v1/namespaces/{namespace}"
+    await kube.create(
+        f"{base}/configmaps", {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID}}
+    )
+    container = {
+        "name": "squid",
+        "image": "ubuntu/squid:6.10-24.10_beta",
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/squid/squid.conf", "subPath": "squid.conf"}
+        ],
+    }
+    pod = {
+        "metadata": {"name": "open-squid"},
+        "spec": {
+            "containers": [container],
+            "volumes": [{"name": "config", "configMap": {"name": "open"}}],
+        },
+    }
+    await kube.create(f"{base}/pods", pod)
+
+    async def ip() -> str | None:
+        status = (await kube.get(f"{base}/pods/open-squid")).get("status") or {}
+        return status.get("podIP") if status.get("phase") == "Running" else None
+
+    return await wait_for(ip, timeout=60)
+
+
+async def apply_until_ready(
+    kube: KubeClient, namespace: str, bodies: list[dict[str, Any]], progress: Progress
+) -> float:
+    """Create the Proxies; the seconds until every Proxy in the namespace is Ready."""
+    started = time.perf_counter()
+    for chunk in range(0, len(bodies), 50):
+        await asyncio.gather(
+            *(kube.create(proxy_path(namespace), body) for body in bodies[chunk : chunk + 50])
+        )
+    reported = last_change = started
+    ready = 0
+    while True:
+        items = (await kube.get(proxy_path(namespace)))["items"]
+        phases = Counter(phase(item) for item in items)
+        now = time.perf_counter()
+        if phases["Ready"] == len(items):
+            return now - started
+        if phases["Ready"] != ready:
+            ready, last_change = phases["Ready"], now
+        elif now - last_change > STALL_SECONDS:
+            raise RuntimeError(f"no Proxy became Ready for {STALL_SECONDS:.0f} s: {phases}")
+        if now - reported >= PROGRESS_EVERY:
+            reported = now
+            progress(f"  {now - started:5.0f} s: {dict(phases)}")
+        await asyncio.sleep(POLL_MANY)
+
+
+def snapshot(operator: OperatorProcess, directory: Path, count: int) -> Path:
+    """Ask the operator for a tracemalloc snapshot; wait until it is written."""
+    path = directory / f"snapshot-{count}.pickle"
+    os.kill(operator_pid(operator), signal.SIGUSR2)
+    deadline = time.monotonic() + 120
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)  # the dump is written in one go; give it time to finish
+    return path
+
+
+def top_sites(first: Path, last: Path, proxies: int) -> list[str]:
+    """The allocation sites that grew most, per Proxy."""
+    before = tracemalloc.Snapshot.load(str(first))
+    after = tracemalloc.Snapshot.load(str(last))
+    lines = []
+    for stat in after.compare_to(before, "lineno")[:TOP_SITES]:
+        frame = stat.traceback[0]
+        where = f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
+        lines.append(f"     {stat.size_diff / 1024 / proxies:7.1f} KiB/Proxy  {where}")
+    lines.append("   the four largest, by the frames that allocated them:")
+    for stat in after.compare_to(before, "traceback")[:4]:
+        lines.append(f"     {stat.size_diff / 1024 / proxies:7.1f} KiB/Proxy")
+        for frame in list(stat.traceback)[-6:]:
+            lines.append(f"         {frame.filename.split('site-packages/')[-1]}:{frame.lineno}")
+    return lines
+
+
+async def measure_kind(
+    kube: KubeClient,
+    kind: str,
+    counts: list[int],
+    endpoint: str,
+    health_url: str,
+    root: Path,
+    args: argparse.Namespace,
+    progress: Progress,
+    processes: Descendants,
+) -> None:
+    """One operator, one kind of Proxy: RSS at 0 and at each count."""
+    namespace = await create_namespace(kube, f"bench-mem-{kind}")
+    work = root / f"operator-{kind}"
+    work.mkdir()
+    snapshots = work / "snapshots"
+    env = dict(OPERATOR_ENV)
+    if args.tracemalloc:
+        env[TRACEMALLOC_ENV] = str(snapshots)
+    with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
+        await wait_operator_up(op)
+        await asyncio.sleep(SETTLE_SECONDS)
+        zero = await sample_rss(operator_pid(op))
+        first = snapshot(op, snapshots, 0) if args.tracemalloc else None
+        print(f"{kind}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies", flush=True)
+        made = 0
+        for count in counts:
+            bodies = [
+                proxy_body(f"{kind[0]}{index:04d}", kind, endpoint, health_url)
+                for index in range(made, count)
+            ]
+            progress(f"{kind}: {len(bodies)} more Proxies, for {count}")
+            seconds = await apply_until_ready(kube, namespace, bodies, progress)
+            made = count
+            await asyncio.sleep(SETTLE_SECONDS)
+            rss = await sample_rss(operator_pid(op))
+            growth = (rss.current - zero.current) / count
+            print(
+                f"{kind}: {count} Ready in {seconds:.0f} s; RSS {rss.current / 1024:.1f} MiB "
+                f"(peak {rss.peak / 1024:.1f}): {growth:.0f} KiB per Proxy",
+                flush=True,
+            )
+        if first is not None:
+            last = snapshot(op, snapshots, 1)
+            print(f"{kind}: allocation sites that grew most (0 -> {made} Proxies):")
+            print("\n".join(top_sites(first, last, made)), flush=True)
+
+
+def kube_config(args: argparse.Namespace) -> Path:
+    """The dev cluster's kubeconfig (set once the cluster is up)."""
+    path: Path = args.kubeconfig
+    return path
+
+
+async def measure(
+    args: argparse.Namespace, root: Path, progress: Progress, processes: Descendants
+) -> None:
+    """Every kind on one dev cluster under `root`."""
+    progress("starting the dev cluster")
+    with dev_cluster(root / "cluster") as handle:
+        args.kubeconfig = handle.kubeconfig
+        async with KubeClient(handle.credentials) as kube, serve_origin() as origin:
+            squid_namespace = await create_namespace(kube, "bench-mem-squid")
+            endpoint = await open_squid(kube, squid_namespace)
+            for kind in args.kinds:
+                await measure_kind(
+                    kube, kind, args.counts, endpoint, origin.url, root, args, progress, processes
+                )
+        progress("stopping the dev cluster")
+
+
+def main() -> None:
+    """Parse the sizes, run, clean up."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--counts", default="100,300", help="Ready Proxies at each reading")
+    parser.add_argument("--kinds", default="external,managed", help="external and/or managed")
+    parser.add_argument("--tracemalloc", action="store_true", help="diff allocation sites")
+    args = parser.parse_args()
+    args.counts = sorted(int(count) for count in args.counts.split(","))
+    args.kinds = [kind for kind in args.kinds.split(",") if kind]
+    if not args.counts or args.counts[0] < 1 or set(args.kinds) - {"external", "managed"}:
+        parser.error("--counts must be positive; --kinds external and/or managed")
+    progress, processes = Progress(), Descendants()
+    root = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    try:
+        asyncio.run(measure(args, root, progress, processes))
+    finally:
+        processes.note()
+        killed = processes.kill_survivors()
+        shutil.rmtree(root, ignore_errors=True)
+        progress(f"cleaned up; processes left running and killed now: {killed or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
