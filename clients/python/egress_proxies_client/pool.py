@@ -117,8 +117,8 @@ class Lease(_LeaseView):
         self._pool = pool
 
     def renew(self, ttl: int) -> None:
-        """Keep the proxy `ttl` more seconds from now (sticky sessions); LeaseEndedError if over."""
-        self._grant = self._pool._renew(self._grant.lease_id, ttl)
+        """Keep the proxy `ttl` seconds from now (sticky sessions); LeaseEndedError once over."""
+        self._grant = self._pool.renew(self._grant.lease_id, ttl)
 
     def report(
         self,
@@ -129,14 +129,13 @@ class Lease(_LeaseView):
         retry_after: float | None = None,
     ) -> None:
         """Tell the API how the proxy fared (ok, rate_limited, banned) and why."""
-        body = report_body(Verdict(result).value, reason, target, retry_after)
-        self._pool._send("POST", f"/v1/leases/{self._grant.lease_id}/report", body, lease=True)
+        self._pool.report(self._grant.lease_id, result, reason, target, retry_after)
         logger.info("reported %s (%s) on %s", Verdict(result).value, reason, self.proxy_key)
 
     def release(self) -> None:
         """End the lease now (idempotent)."""
         if not self.ended:
-            self._pool._send("DELETE", f"/v1/leases/{self._grant.lease_id}", None, lease=True)
+            self._pool.release(self._grant.lease_id)
             self.ended = True
             self._pool._held -= 1
 
@@ -241,9 +240,26 @@ class Pool:
     def __repr__(self) -> str:
         return f"<Pool {self.api_url} [leases: {self._held} held]>"
 
-    def _renew(self, lease_id: str, ttl: int) -> Grant:
+    def renew(self, lease_id: str, ttl: int) -> Grant:
+        """Renew a lease by id (the CLI's; code holding a Lease calls `lease.renew`)."""
         body = {"ttlSeconds": ttl}
         return grant_of(self._send("POST", f"/v1/leases/{lease_id}/renew", body, lease=True))
+
+    def report(
+        self,
+        lease_id: str,
+        result: Verdict | str,
+        reason: str | None = None,
+        target: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Report on a lease by id."""
+        body = report_body(Verdict(result).value, reason, target, retry_after)
+        self._send("POST", f"/v1/leases/{lease_id}/report", body, lease=True)
+
+    def release(self, lease_id: str) -> None:
+        """Release a lease by id (idempotent)."""
+        self._send("DELETE", f"/v1/leases/{lease_id}", None, lease=True)
 
     def _send(
         self,
@@ -297,7 +313,7 @@ class AsyncLease(_LeaseView):
         self._pool = pool
 
     async def renew(self, ttl: int) -> None:
-        """Keep the proxy `ttl` more seconds from now (sticky sessions); LeaseEndedError if over."""
+        """Keep the proxy `ttl` seconds from now (sticky sessions); LeaseEndedError once over."""
         self._grant = await self._pool._renew(self._grant.lease_id, ttl)
 
     async def report(
