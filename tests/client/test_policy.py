@@ -16,6 +16,14 @@ from egress_proxies_client import (
 )
 
 POLICY = BanPolicy()
+
+
+def wrapped(error: Exception, cause: Exception) -> Exception:
+    """`error` raised from `cause`, as Scrapy wraps Twisted's errors."""
+    error.__cause__ = cause
+    return error
+
+
 BANNED, RATE_LIMITED = Verdict.BANNED, Verdict.RATE_LIMITED
 
 
@@ -69,6 +77,7 @@ def test_body_patterns_are_configurable() -> None:
         httpx.ConnectError("refused"),
         ConnectionRefusedError(),
         type("TunnelError", (Exception,), {})("Could not open CONNECT tunnel"),
+        wrapped(RuntimeError("download failed"), ConnectionResetError()),
     ],
 )
 def test_tunnel_and_connect_failures_count_against_the_proxy(error: BaseException) -> None:

@@ -45,9 +45,11 @@ DEFAULT_BODY_PATTERNS: Mapping[str, str] = {
     r"<title>Just a moment\.\.\.</title>",
 }
 # Exception class names (anywhere in the MRO) that mean the proxy, not the site, failed:
-# httpx, Twisted/Scrapy and the standard library spell them differently.
+# httpx, Twisted/Scrapy and the standard library spell them differently, and wrap
+# them (Scrapy raises DownloadConnectionRefusedError from Twisted's error): causes count.
 DEFAULT_PROXY_EXCEPTIONS = frozenset(
     {
+        "DownloadConnectionRefusedError",
         "ProxyError",
         "TunnelError",
         "ConnectError",
@@ -136,7 +138,7 @@ class BanPolicy:
                 return _overridden(Verdict(decided), _reason_of(error), None)
         if isinstance(error, ProxyRefusedError):
             return Classification(Verdict(error.result), error.reason, error.retry_after)
-        if _names(type(error)) & self.proxy_exceptions:
+        if _names(error) & self.proxy_exceptions:
             return Classification(Verdict.BANNED, "tunnel_failed", against_proxy=True)
         return None
 
@@ -154,8 +156,16 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _names(kind: type) -> set[str]:
-    return {klass.__name__ for klass in kind.__mro__}
+def _names(error: BaseException) -> set[str]:
+    """Class names of the exception and of what caused it, a few levels down."""
+    names: set[str] = set()
+    current: BaseException | None = error
+    for _ in range(5):
+        if current is None:
+            break
+        names.update(klass.__name__ for klass in type(current).__mro__)
+        current = current.__cause__ or current.__context__
+    return names
 
 
 def _reason_of(error: BaseException) -> str:
