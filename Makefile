@@ -37,11 +37,12 @@ tools:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt clients/python/pyproject.toml
 	@echo "[venv] installing Python dependencies into $(VENV) (first run takes a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e 'clients/python[scrapy]'
 	@touch $@
 
 clean:

@@ -107,8 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--lease-cooldown",
         type=float,
         default=float(os.environ.get("EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS", "300")),
-        help="seconds a rate-limited {proxy, target} pair cools; a ban's first cooldown "
-        "(default 300)",
+        help="a ban's first cooldown, in seconds, and the longest a rate limit cools (default 300)",
+    )
+    run.add_argument(
+        "--lease-rate-limit-cooldown",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_LEASE_RATE_LIMIT_COOLDOWN_SECONDS", "30")),
+        help="a rate limit's first cooldown without the site's Retry-After, doubling on "
+        "repeats up to --lease-cooldown (default 30)",
     )
     run.add_argument(
         "--lease-ban-backoff-cap",
@@ -258,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lease_max_ttl=args.lease_max_ttl,
                 lease_cooldown_window=args.lease_cooldown,
                 lease_ban_backoff_cap=args.lease_ban_backoff_cap,
+                lease_rate_limit_window=args.lease_rate_limit_cooldown,
             )
         )
     if args.command == "crd":

@@ -49,6 +49,7 @@ def create_app(
     app.router.add_post("/v1/leases", handlers.acquire)
     app.router.add_delete(lease, handlers.release)
     app.router.add_post(lease + "/report", handlers.report)
+    app.router.add_post(lease + "/renew", handlers.renew)
     return app
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
@@ -27,19 +29,30 @@ from egress_proxies.discovery.schemas import (
     NoMatchBody,
     ProxyList,
     ProxySummary,
+    RenewRequest,
     ReportRequest,
 )
-from egress_proxies.leases import Lease, LeaseStore, NoMatch, is_offerable
+from egress_proxies.leases import InvalidTtlError, Lease, LeaseStore, NoMatch, is_offerable
 
 GRANTED, NO_MATCH, REJECTED = "granted", "no_match", "rejected"
 _HEALTH_BODY = Health().model_dump_json()
 
+logger = logging.getLogger(__name__)
+
 
 class LeaseRequestRecorder(Protocol):
-    """Counts lease requests by outcome: granted, no_match or rejected."""
+    """Counts lease requests by outcome, reports by result and reason, and target pauses."""
 
     def lease_request(self, outcome: str) -> None:
-        """Count one lease request."""
+        """Count one lease request: granted, no_match or rejected."""
+        ...
+
+    def lease_report(self, result: str, reason: str | None) -> None:
+        """Count one accepted report."""
+        ...
+
+    def target_paused(self) -> None:
+        """Count one ban-storm pause."""
         ...
 
 
@@ -81,12 +94,7 @@ class Handlers:
         try:
             reject_query(request)
             wanted = await read_body(request, LeaseRequest)
-            if wanted.ttl_seconds > self._store.max_ttl:
-                raise ApiError(
-                    400,
-                    "ttl_too_long",
-                    f"ttlSeconds must not exceed {self._store.max_ttl}; ask again when it ends",
-                )
+            self._check_ttl(wanted.ttl_seconds)
         except ApiError:
             self._count(REJECTED)
             raise
@@ -94,9 +102,25 @@ class Handlers:
         outcome = self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
         if isinstance(outcome, NoMatch):
             self._count(NO_MATCH)
-            return json_response(_no_match_body(outcome), status=409)
+            retry_after = _whole_seconds(outcome.retry_after)
+            headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+            return json_response(_no_match_body(outcome, retry_after), 409, headers)
         self._count(GRANTED)
         return json_response(_granted(outcome).model_dump_json(), status=201)
+
+    async def renew(self, request: web.Request) -> web.Response:
+        """POST /v1/leases/{leaseId}/renew: the lease now ends ttlSeconds from now."""
+        reject_query(request)
+        lease_id = lease_id_of(request)
+        wanted = await read_body(request, RenewRequest)
+        self._check_ttl(wanted.ttl_seconds)
+        try:
+            lease = self._store.renew(lease_id, wanted.ttl_seconds)
+        except InvalidTtlError as error:
+            raise ApiError(400, "invalid_request", str(error)) from None
+        if lease is None:
+            raise ApiError(404, "unknown_lease", "no such lease, or it has ended")
+        return json_response(_granted(lease).model_dump_json())
 
     async def release(self, request: web.Request) -> web.Response:
         """DELETE /v1/leases/{leaseId}: end the lease; unknown or ended ids are fine too."""
@@ -109,9 +133,38 @@ class Handlers:
         reject_query(request)
         lease_id = lease_id_of(request)
         report = await read_body(request, ReportRequest)
-        if not self._store.report(lease_id, report.result, report.target):
+        outcome = self._store.report(
+            lease_id, report.result, report.target, report.retry_after_seconds
+        )
+        if outcome is None:
             raise ApiError(404, "unknown_lease", "no such lease, or it ended too long ago")
+        proxy = outcome.lease.proxy.key
+        logger.info(
+            "report %s (reason %s) on proxy %s for target %s",
+            report.result.value,
+            report.reason or "-",
+            proxy,
+            outcome.target or "(all)",
+        )
+        if self._metrics is not None:
+            self._metrics.lease_report(report.result.value, report.reason)
+        if outcome.paused_until is not None:
+            logger.warning(
+                "ban storm: target %s paused until %s: most of a pool was banned by it",
+                outcome.target,
+                datetime.fromtimestamp(outcome.paused_until, UTC).isoformat(),
+            )
+            if self._metrics is not None:
+                self._metrics.target_paused()
         return web.Response(status=204)
+
+    def _check_ttl(self, ttl_seconds: int) -> None:
+        if ttl_seconds > self._store.max_ttl:
+            raise ApiError(
+                400,
+                "ttl_too_long",
+                f"ttlSeconds must not exceed {self._store.max_ttl}; ask again when it ends",
+            )
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:
@@ -156,13 +209,24 @@ def _granted(lease: Lease) -> LeaseGranted:
     )
 
 
-def _no_match_body(no_match: NoMatch) -> str:
+def _whole_seconds(seconds: float | None) -> int | None:
+    # Retry-After is whole seconds; round up so a client never comes back too early.
+    return None if seconds is None else max(1, math.ceil(seconds))
+
+
+def _no_match_body(no_match: NoMatch, retry_after: int | None) -> str:
+    paused = no_match.target_paused
     return NoMatchBody(
-        detail="no proxy matching the selector is free for this target",
+        error="target_paused" if paused else "no_match",
+        detail="the target is paused: most of this pool was banned by it lately"
+        if paused
+        else "no proxy matching the selector is free for this target",
         considered=no_match.considered,
         at_capacity=no_match.at_capacity,
         in_cooldown=no_match.in_cooldown,
         unhealthy=no_match.unhealthy,
+        target_paused=paused,
+        retry_after_seconds=retry_after,
     ).model_dump_json()
 
 

@@ -20,6 +20,7 @@ from egress_proxies.discovery.schemas import (
     LeaseRequest,
     NoMatchBody,
     ProxyList,
+    RenewRequest,
     ReportRequest,
 )
 from egress_proxies.leases import DEFAULT_MAX_TTL, LEASE_ID_PATTERN
@@ -129,7 +130,19 @@ def _paths() -> JsonObject:
                     "201": _json("Leased.", _ref("LeaseGranted")),
                     "400": _BAD_REQUEST,
                     "401": _UNAUTHORIZED,
-                    "409": _json("No matching proxy is free.", _ref("NoMatchBody")),
+                    "409": {
+                        **_json(
+                            "No matching proxy is free, or the target is paused.",
+                            _ref("NoMatchBody"),
+                        ),
+                        "headers": {
+                            "Retry-After": {
+                                "description": "Seconds until the earliest matching proxy may "
+                                "free up; absent when no matching proxy is healthy.",
+                                "schema": {"type": "integer", "minimum": 1},
+                            }
+                        },
+                    },
                     "413": _TOO_LARGE,
                     "415": _WRONG_TYPE,
                     "default": _OTHER,
@@ -153,9 +166,11 @@ def _paths() -> JsonObject:
             "post": {
                 "operationId": "reportLease",
                 "summary": "Report how the proxy fared against a target.",
-                "description": "rate_limited and banned put {proxy, target} on cooldown; "
-                "repeated bans back off exponentially. Accepted while the lease is active and "
-                "for one cooldown window after it ends.",
+                "description": "rate_limited and banned put {proxy, target} on cooldown: "
+                "rate limits for the site's retryAfterSeconds or a short growing window, bans "
+                "for a window that doubles on repeats. Bans from most of a pool pause the "
+                "target. Accepted while the lease is active and for one cooldown window after "
+                "it ends.",
                 "parameters": [_LEASE_ID_PARAMETER],
                 "requestBody": _body("ReportRequest"),
                 "responses": {
@@ -163,6 +178,23 @@ def _paths() -> JsonObject:
                     "400": _BAD_REQUEST,
                     "401": _UNAUTHORIZED,
                     "404": _error("Unknown lease, or it ended more than a cooldown window ago."),
+                    "413": _TOO_LARGE,
+                    "415": _WRONG_TYPE,
+                    "default": _OTHER,
+                },
+            }
+        },
+        "/v1/leases/{leaseId}/renew": {
+            "post": {
+                "operationId": "renewLease",
+                "summary": "Extend an active lease to end ttlSeconds from now.",
+                "parameters": [_LEASE_ID_PARAMETER],
+                "requestBody": _body("RenewRequest"),
+                "responses": {
+                    "200": _json("Renewed.", _ref("LeaseGranted")),
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "404": _error("Unknown lease, or it has ended."),
                     "413": _TOO_LARGE,
                     "415": _WRONG_TYPE,
                     "default": _OTHER,
@@ -178,6 +210,7 @@ def openapi_document(max_ttl: int) -> JsonObject:
         [
             (LeaseRequest, "validation"),
             (ReportRequest, "validation"),
+            (RenewRequest, "validation"),
             (LeaseGranted, "serialization"),
             (NoMatchBody, "serialization"),
             (ProxyList, "serialization"),
@@ -188,6 +221,7 @@ def openapi_document(max_ttl: int) -> JsonObject:
     )
     schemas = definitions["$defs"]
     schemas["LeaseRequest"]["properties"]["ttlSeconds"]["maximum"] = max_ttl
+    schemas["RenewRequest"]["properties"]["ttlSeconds"]["maximum"] = max_ttl
     return {
         "openapi": "3.1.0",
         "info": {

@@ -78,6 +78,9 @@ class LeaseRequest(_Request):
     target: Target | None = None
 
 
+REASON_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,39}$"
+
+
 class ReportRequest(_Request):
     """POST /v1/leases/{leaseId}/report."""
 
@@ -85,6 +88,34 @@ class ReportRequest(_Request):
     target: Target | None = Field(
         default=None, description="Defaults to the lease's target, else the cooldown is global."
     )
+    reason: str | None = Field(
+        default=None,
+        pattern=REASON_PATTERN,
+        description="A short code for why, e.g. http_403, captcha, tunnel_failed: counted in "
+        "metrics by result and reason, and logged.",
+    )
+    retry_after_seconds: Annotated[
+        float | None,
+        Field(
+            default=None,
+            ge=0,
+            le=86400,
+            strict=False,
+            description="The site's Retry-After, on a rate_limited report: the pair cools that "
+            "long (at most one ban cooldown window) instead of the rate-limit window.",
+        ),
+        BeforeValidator(lambda value: value if value is None else _json_number(value)),
+    ]
+
+
+class RenewRequest(_Request):
+    """POST /v1/leases/{leaseId}/renew."""
+
+    ttl_seconds: Annotated[
+        int,
+        Field(ge=1, strict=False, description="The lease ends this long from now."),
+        BeforeValidator(_json_number),
+    ]
 
 
 class Credentials(_Response):
@@ -126,13 +157,21 @@ class LeaseGranted(_Response):
 class NoMatchBody(_Response):
     """409 from POST /v1/leases. considered = atCapacity + inCooldown + unhealthy."""
 
-    error: Literal["no_match"] = "no_match"
+    error: Literal["no_match", "target_paused"] = "no_match"
     detail: str
     considered: int
     at_capacity: int
     in_cooldown: int
     unhealthy: int = Field(
         description="Matched but not offered: unhealthy, not yet probed, or being deleted."
+    )
+    target_paused: bool = Field(
+        description="The ban-storm guard paused this target: most of the pool was banned by it "
+        "lately. Every proxy not at capacity then counts as inCooldown."
+    )
+    retry_after_seconds: int | None = Field(
+        description="Also sent as the Retry-After header: seconds until the earliest matching "
+        "proxy may free up. Null (no header) when no matching proxy is healthy."
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
-from egress_proxies.catalog import ProxyRecord
+from egress_proxies.catalog import ProxyKey, ProxyRecord
 
 
 def is_offerable(record: ProxyRecord) -> bool:
@@ -51,3 +52,8 @@ class CandidatePool:
     def considered(self) -> int:
         """Every proxy that matched the selector, offerable or not."""
         return len(self.ranked) + self.not_offerable
+
+    @cached_property
+    def keys(self) -> frozenset[ProxyKey]:
+        """The offerable proxies' keys."""
+        return frozenset(record.key for record in self.ranked)

@@ -1,4 +1,5 @@
-"""Per {proxy, target} cooldowns after bad reports, with exponential backoff for repeated bans."""
+"""Per {proxy, target} cooldowns after bad reports: short growing ones for rate limits,
+exponential backoff for repeated bans."""
 
 from __future__ import annotations
 
@@ -18,63 +19,90 @@ Pair = tuple[ProxyKey, str | None]
 class _PairState:
     until: float
     strikes: int
+    rate_strikes: int
     from_ban: bool
     forget_at: float
 
 
 class Cooldowns:
-    """Which {proxy, target} pairs are cooling down, and how often each pair was banned.
+    """Which {proxy, target} pairs are cooling down, and how often each pair was refused.
 
-    `rate_limited` cools a pair for one window. `banned` cools it for
-    window x 2^(strikes-1), capped, where strikes counts the pair's bans; a ban
-    reported while the pair still cools from a ban adds no strike (several holders
-    of a shared proxy see the same ban), an `ok` report clears the strikes, and so
-    does one cap's quiet time after the last cooldown ends. Not locked on its own:
-    the LeaseStore's lock guards every call.
+    `rate_limited` cools a pair for the site's Retry-After when the report carries one
+    (at most one ban window), else for rate_window x 2^(repeats-1), also at most one ban
+    window: a rate limit says "slower", not "never", so it must not cost a proxy the
+    minutes a ban does. `banned` cools it for window x 2^(strikes-1), capped, where
+    strikes counts the pair's bans; a ban reported while the pair still cools from a ban
+    adds no strike (several holders of a shared proxy see the same ban), an `ok` report
+    clears both counts, and so does one cap's quiet time after the last cooldown ends.
+    Not locked on its own: the LeaseStore's lock guards every call.
     """
 
-    def __init__(self, window: float, backoff_cap: float) -> None:
+    def __init__(self, window: float, backoff_cap: float, rate_window: float) -> None:
         self._window = window
         self._backoff_cap = backoff_cap
+        self._rate_window = rate_window
         self._max_strikes = 1 + math.ceil(math.log2(backoff_cap / window))
+        self._max_rate_strikes = 1 + math.ceil(math.log2(max(window / rate_window, 1.0)))
         self._pairs: dict[Pair, _PairState] = {}
         self._forget_queue: list[tuple[float, int, Pair]] = []
         self._sequence = itertools.count()
 
-    def record(self, pair: Pair, result: ReportResult, now: float) -> None:
-        """Apply one report about a pair."""
+    def record(
+        self,
+        pair: Pair,
+        result: ReportResult,
+        now: float,
+        retry_after: float | None = None,
+    ) -> None:
+        """Apply one report about a pair (`retry_after`: the site's, for rate limits)."""
         state = self._pairs.get(pair)
         if result is ReportResult.OK:
             if state is not None:
-                state.strikes = 0
+                state.strikes = state.rate_strikes = 0
                 self._schedule_forget(pair, state, state.until)
             return
         strikes = state.strikes if state is not None else 0
+        rate_strikes = state.rate_strikes if state is not None else 0
         if result is ReportResult.BANNED:
             if state is not None and state.from_ban and state.until > now:
                 return
             strikes = min(strikes + 1, self._max_strikes)
             duration = min(self._window * 2 ** (strikes - 1), self._backoff_cap)
+        elif retry_after is not None:
+            duration = min(retry_after, self._window)
         else:
-            duration = self._window
+            if state is None or state.until <= now:
+                rate_strikes = min(rate_strikes + 1, self._max_rate_strikes)
+            duration = min(self._rate_window * 2 ** (max(rate_strikes, 1) - 1), self._window)
         until = now + duration
         if state is not None and state.until > until:
             until = state.until
+        from_ban = result is ReportResult.BANNED or (
+            state is not None and state.from_ban and state.until > now
+        )
         state = _PairState(
-            until=until, strikes=strikes, from_ban=result is ReportResult.BANNED, forget_at=0.0
+            until=until,
+            strikes=strikes,
+            rate_strikes=rate_strikes,
+            from_ban=from_ban,
+            forget_at=0.0,
         )
         self._pairs[pair] = state
-        self._schedule_forget(pair, state, until + self._backoff_cap if strikes else until)
+        remembers = strikes or rate_strikes
+        self._schedule_forget(pair, state, until + self._backoff_cap if remembers else until)
+
+    def cooling_until(self, key: ProxyKey, target: str | None, now: float) -> float | None:
+        """When the proxy may serve this target again, or None when it does not cool."""
+        ends = [
+            state.until
+            for pair in ((key, target), (key, None))
+            if (state := self._pairs.get(pair)) is not None and state.until > now
+        ]
+        return max(ends) if ends else None
 
     def is_cooling(self, key: ProxyKey, target: str | None, now: float) -> bool:
         """True while the proxy cools for this target or globally."""
-        state = self._pairs.get((key, target))
-        if state is not None and state.until > now:
-            return True
-        if target is None:
-            return False
-        state = self._pairs.get((key, None))
-        return state is not None and state.until > now
+        return self.cooling_until(key, target, now) is not None
 
     def active_count(self, now: float) -> int:
         """Pairs cooling right now."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NewType
 
-from egress_proxies.catalog import ProxyRecord
+from egress_proxies.catalog import ProxyKey, ProxyRecord
 
 LeaseId = NewType("LeaseId", str)
 
@@ -44,6 +44,9 @@ class Lease:
     target: str | None
     ttl_seconds: int
     expires_at: float
+    # The selector's offerable proxies when the lease was granted, for the ban-storm guard.
+    pool_keys: frozenset[ProxyKey] = field(default=frozenset(), repr=False, compare=False)
+    pool_size: int = field(default=0, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,25 @@ class NoMatch:
     """Why no lease was granted. Additive: considered = at_capacity + in_cooldown + unhealthy.
 
     Each considered proxy is counted once, under the first reason that applies, in
-    the order unhealthy (not offerable), at capacity, in cooldown.
+    the order unhealthy (not offerable), at capacity, in cooldown; while the target
+    is paused every offerable proxy not at capacity counts as in cooldown.
+    `retry_after` is how many seconds until the earliest of them may free up (a lease
+    expiry, a cooldown or the pause ending); None when none is healthy.
     """
 
     considered: int
     at_capacity: int
     in_cooldown: int
     unhealthy: int
+    retry_after: float | None = None
+    target_paused: bool = False
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """A report the store accepted: the lease it was about, the resolved target, and
+    the end of the target's pause when this report started one."""
+
+    lease: Lease
+    target: str | None
+    paused_until: float | None = None

@@ -13,17 +13,28 @@ import heapq
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
-from egress_proxies.catalog import ProxyKey
+from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.leases.banstorm import BanStorms
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.cooldowns import Cooldowns
-from egress_proxies.leases.lease import Lease, LeaseId, NoMatch, ReportResult, new_lease_id
+from egress_proxies.leases.lease import (
+    Lease,
+    LeaseId,
+    NoMatch,
+    ReportOutcome,
+    ReportResult,
+    new_lease_id,
+)
 
 Clock = Callable[[], float]
 
 DEFAULT_COOLDOWN_WINDOW = 300.0
 DEFAULT_MAX_TTL = 3600
 DEFAULT_BAN_BACKOFF_CAP = 6 * 3600.0
+# Rate limits clear in seconds, not minutes: see docs/api.md, "Rate limits are not bans".
+DEFAULT_RATE_LIMIT_WINDOW = 30.0
 
 
 class InvalidTtlError(ValueError):
@@ -47,18 +58,21 @@ class LeaseStore:
         cooldown_window: float = DEFAULT_COOLDOWN_WINDOW,
         max_ttl: int = DEFAULT_MAX_TTL,
         ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP,
+        rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW,
+        ban_storms: BanStorms | None = None,
     ) -> None:
-        if cooldown_window <= 0 or max_ttl < 1:
-            raise ValueError("cooldown_window and max_ttl must be positive")
+        if cooldown_window <= 0 or max_ttl < 1 or rate_limit_window <= 0:
+            raise ValueError("cooldown_window, rate_limit_window and max_ttl must be positive")
         if ban_backoff_cap < cooldown_window:
             raise ValueError("ban_backoff_cap must be at least cooldown_window")
         self._clock = clock
         self._cooldown_window = cooldown_window
         self._max_ttl = max_ttl
         self._lock = threading.Lock()
-        self._cooldowns = Cooldowns(cooldown_window, ban_backoff_cap)
+        self._cooldowns = Cooldowns(cooldown_window, ban_backoff_cap, rate_limit_window)
+        self._storms = ban_storms if ban_storms is not None else BanStorms()
         self._active: dict[LeaseId, Lease] = {}
-        self._counts: dict[ProxyKey, int] = {}
+        self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
         self._ended: dict[LeaseId, Lease] = {}
         self._ended_queue: list[tuple[float, LeaseId]] = []
@@ -70,36 +84,65 @@ class LeaseStore:
 
     def acquire(self, pool: CandidatePool, target: str | None, ttl_seconds: int) -> Lease | NoMatch:
         """Lease the best free proxy of the pool for `target`, or say why none is free."""
-        if not 1 <= ttl_seconds <= self._max_ttl:
-            raise InvalidTtlError(f"ttl must be between 1 and {self._max_ttl} seconds")
+        self._check_ttl(ttl_seconds)
         with self._lock:
             now = self._clock()
             self._end_due(now)
-            counts, cooldowns = self._counts, self._cooldowns
+            paused_until = None if target is None else self._storms.paused_until(target, now)
+            holders, cooldowns = self._holders, self._cooldowns
             winner, winner_count = None, 0
             at_capacity = in_cooldown = 0
             for record in pool.ranked:
-                count = counts.get(record.key, 0)
+                count = len(holders.get(record.key, ()))
                 if count >= record.max_leases:
                     at_capacity += 1
-                elif cooldowns.is_cooling(record.key, target, now):
+                elif paused_until is not None or cooldowns.is_cooling(record.key, target, now):
                     in_cooldown += 1
                 elif winner is None or count < winner_count:
                     winner, winner_count = record, count
                     if count == 0:
                         break
             if winner is None:
+                free_at = self._earliest_free(pool, target, now)
+                if paused_until is not None:
+                    free_at = max(paused_until, free_at or paused_until)
                 return NoMatch(
                     considered=pool.considered,
                     at_capacity=at_capacity,
                     in_cooldown=in_cooldown,
                     unhealthy=pool.not_offerable,
+                    retry_after=None if free_at is None else free_at - now,
+                    target_paused=paused_until is not None,
                 )
-            lease = Lease(new_lease_id(), winner, target, ttl_seconds, now + ttl_seconds)
+            lease = Lease(
+                new_lease_id(),
+                winner,
+                target,
+                ttl_seconds,
+                now + ttl_seconds,
+                pool_keys=pool.keys,
+                pool_size=pool.considered,
+            )
             self._active[lease.lease_id] = lease
-            counts[winner.key] = winner_count + 1
+            holders.setdefault(winner.key, {})[lease.lease_id] = lease
             heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
             return lease
+
+    def renew(self, lease_id: LeaseId, ttl_seconds: int) -> Lease | None:
+        """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""
+        self._check_ttl(ttl_seconds)
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id)
+            if lease is None:
+                return None
+            renewed = replace(lease, ttl_seconds=ttl_seconds, expires_at=now + ttl_seconds)
+            self._active[lease_id] = renewed
+            self._holders[lease.proxy.key][lease_id] = renewed
+            heapq.heappush(self._expiry_queue, (renewed.expires_at, lease_id))
+            self._compact_expiry_queue()
+            return renewed
 
     def release(self, lease_id: LeaseId) -> None:
         """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
@@ -111,28 +154,41 @@ class LeaseStore:
                 self._end(lease, now)
                 self._compact_expiry_queue()
 
-    def report(self, lease_id: LeaseId, result: ReportResult, target: str | None) -> bool:
-        """Record what the holder saw; False when the lease is unknown.
+    def report(
+        self,
+        lease_id: LeaseId,
+        result: ReportResult,
+        target: str | None,
+        retry_after: float | None = None,
+    ) -> ReportOutcome | None:
+        """Record what the holder saw; None when the lease is unknown.
 
         A lease is known while active and for one cooldown window after it ends.
         The cooldown's target is the report's, else the lease's, else global.
+        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown.
         """
         with self._lock:
             now = self._clock()
             self._end_due(now)
             lease = self._active.get(lease_id) or self._ended.get(lease_id)
             if lease is None:
-                return False
+                return None
             resolved = target if target is not None else lease.target
-            self._cooldowns.record((lease.proxy.key, resolved), result, now)
-            return True
+            key = lease.proxy.key
+            self._cooldowns.record((key, resolved), result, now, retry_after)
+            paused_until = None
+            if result is ReportResult.BANNED and resolved is not None:
+                self._storms.prune(now)
+                paused_until = self._storms.record_ban(
+                    resolved, key, lease.pool_keys, lease.pool_size, now
+                )
+            return ReportOutcome(lease, resolved, paused_until)
 
     def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         with self._lock:
-            for lease in [lease for lease in self._active.values() if lease.proxy.key == key]:
-                del self._active[lease.lease_id]
-            self._counts.pop(key, None)
+            for lease_id in self._holders.pop(key, {}):
+                del self._active[lease_id]
             for lease_id in [i for i, lease in self._ended.items() if lease.proxy.key == key]:
                 del self._ended[lease_id]
             self._cooldowns.forget_proxy(key)
@@ -142,7 +198,7 @@ class LeaseStore:
         """Active leases per proxy, for proxies holding at least one."""
         with self._lock:
             self._end_due(self._clock())
-            return dict(self._counts)
+            return {key: len(leases) for key, leases in self._holders.items()}
 
     def active_lease_count(self) -> int:
         """Leases active right now."""
@@ -157,19 +213,28 @@ class LeaseStore:
             self._end_due(now)
             return self._cooldowns.active_count(now)
 
+    def paused_target_count(self) -> int:
+        """Targets paused by the ban-storm guard right now."""
+        with self._lock:
+            return self._storms.paused_count(self._clock())
+
     def __repr__(self) -> str:
         with self._lock:
             now = self._clock()
             self._end_due(now)
             leases, cooldowns = len(self._active), self._cooldowns.active_count(now)
-        return f"<LeaseStore [leases: {leases} active | cooldowns: {cooldowns}]>"
+            paused = self._storms.paused_count(now)
+        return (
+            f"<LeaseStore [leases: {leases} active | cooldowns: {cooldowns} | "
+            f"paused targets: {paused}]>"
+        )
 
     def _end_due(self, now: float) -> None:
         queue = self._expiry_queue
         while queue and queue[0][0] <= now:
             expires_at, lease_id = heapq.heappop(queue)
             lease = self._active.get(lease_id)
-            if lease is not None:
+            if lease is not None and lease.expires_at == expires_at:
                 self._end(lease, expires_at)
         ended = self._ended_queue
         while ended and ended[0][0] <= now:
@@ -180,13 +245,33 @@ class LeaseStore:
     def _end(self, lease: Lease, ended_at: float) -> None:
         del self._active[lease.lease_id]
         key = lease.proxy.key
-        remaining = self._counts[key] - 1
-        if remaining:
-            self._counts[key] = remaining
-        else:
-            del self._counts[key]
+        holders = self._holders[key]
+        del holders[lease.lease_id]
+        if not holders:
+            del self._holders[key]
         self._ended[lease.lease_id] = lease
         heapq.heappush(self._ended_queue, (ended_at + self._cooldown_window, lease.lease_id))
+
+    def _check_ttl(self, ttl_seconds: int) -> None:
+        if not 1 <= ttl_seconds <= self._max_ttl:
+            raise InvalidTtlError(f"ttl must be between 1 and {self._max_ttl} seconds")
+
+    def _earliest_free(self, pool: CandidatePool, target: str | None, now: float) -> float | None:
+        """When the first of the pool's offerable proxies may be free for the target."""
+        earliest = None
+        for record in pool.ranked:
+            free_at = self._free_at(record, target, now)
+            if earliest is None or free_at < earliest:
+                earliest = free_at
+        return earliest
+
+    def _free_at(self, record: ProxyRecord, target: str | None, now: float) -> float:
+        holders = self._holders.get(record.key, {})
+        free_at = now
+        if len(holders) >= record.max_leases:
+            free_at = min(lease.expires_at for lease in holders.values())
+        cooling_until = self._cooldowns.cooling_until(record.key, target, now)
+        return free_at if cooling_until is None else max(free_at, cooling_until)
 
     def _compact_expiry_queue(self) -> None:
         # Released leases leave their deadline behind; rebuild once stale entries dominate.

@@ -37,6 +37,7 @@ from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
     DEFAULT_MAX_TTL,
+    DEFAULT_RATE_LIMIT_WINDOW,
     Clock,
     LeaseStore,
 )
@@ -114,6 +115,7 @@ class OperatorSettings:
     lease_max_ttl: int = DEFAULT_MAX_TTL
     lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
     lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
+    lease_rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW
 
 
 def passphrase_from_env() -> str | None:
@@ -141,10 +143,12 @@ def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseSt
             cooldown_window=settings.lease_cooldown_window,
             max_ttl=settings.lease_max_ttl,
             ban_backoff_cap=settings.lease_ban_backoff_cap,
+            rate_limit_window=settings.lease_rate_limit_window,
         )
     except ValueError as error:
         raise ConfigurationError(
-            f"lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap): {error}"
+            "lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap, "
+            f"--lease-rate-limit-cooldown): {error}"
         ) from error
 
 

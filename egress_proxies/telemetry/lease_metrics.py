@@ -15,6 +15,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 LEASE_REQUESTS = "egress_proxies_lease_requests"
+LEASE_REPORTS = "egress_proxies_lease_reports"
+TARGET_PAUSES = "egress_proxies_target_pauses"
+TARGETS_PAUSED = "egress_proxies_targets_paused"
 LEASES_ACTIVE = "egress_proxies_leases_active"
 COOLDOWNS_ACTIVE = "egress_proxies_lease_cooldowns_active"
 
@@ -30,6 +33,10 @@ class LeaseState(Protocol):
         """{proxy, target} pairs cooling right now."""
         ...
 
+    def paused_target_count(self) -> int:
+        """Targets paused by the ban-storm guard right now."""
+        ...
+
 
 class LeaseMetrics:
     """Registers the lease metrics on `registry`; its `lease_request` feeds the outcome counter."""
@@ -41,11 +48,28 @@ class LeaseMetrics:
             ["outcome"],
             registry=registry,
         )
+        self._reports = Counter(
+            LEASE_REPORTS,
+            "Lease reports by result and reason (empty when none was given).",
+            ["result", "reason"],
+            registry=registry,
+        )
+        self._pauses = Counter(
+            TARGET_PAUSES, "Targets paused by the ban-storm guard.", registry=registry
+        )
         registry.register(_LeaseStateCollector(state))
 
     def lease_request(self, outcome: str) -> None:
         """Count one lease request: granted, no_match or rejected."""
         self._requests.labels(outcome=outcome).inc()
+
+    def lease_report(self, result: str, reason: str | None) -> None:
+        """Count one accepted report."""
+        self._reports.labels(result=result, reason=reason or "").inc()
+
+    def target_paused(self) -> None:
+        """Count one ban-storm pause."""
+        self._pauses.inc()
 
 
 class _LeaseStateCollector(Collector):
@@ -55,19 +79,23 @@ class _LeaseStateCollector(Collector):
         self._state = state
 
     def describe(self) -> Iterable[Metric]:
-        return self._families(leases=None, cooldowns=None)
+        return self._families(leases=None, cooldowns=None, paused=None)
 
     def collect(self) -> Iterable[Metric]:
         return self._families(
             leases=self._state.active_lease_count(),
             cooldowns=self._state.active_cooldown_count(),
+            paused=self._state.paused_target_count(),
         )
 
     @staticmethod
-    def _families(leases: int | None, cooldowns: int | None) -> list[Metric]:
+    def _families(leases: int | None, cooldowns: int | None, paused: int | None) -> list[Metric]:
         return [
             GaugeMetricFamily(LEASES_ACTIVE, "Leases currently held.", value=leases),
             GaugeMetricFamily(
                 COOLDOWNS_ACTIVE, "{proxy, target} pairs currently cooling down.", value=cooldowns
+            ),
+            GaugeMetricFamily(
+                TARGETS_PAUSED, "Targets paused by the ban-storm guard now.", value=paused
             ),
         ]

@@ -49,6 +49,7 @@ async def test_openapi_document_is_served(api: Api) -> None:
         "/v1/leases",
         "/v1/leases/{leaseId}",
         "/v1/leases/{leaseId}/report",
+        "/v1/leases/{leaseId}/renew",
     }
 
 
@@ -129,6 +130,8 @@ async def test_no_match_is_a_409_with_counts(api: Api) -> None:
         "atCapacity": 1,
         "inCooldown": 0,
         "unhealthy": 1,
+        "targetPaused": False,
+        "retryAfterSeconds": 60,
     }
 
 

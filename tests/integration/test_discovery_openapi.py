@@ -34,6 +34,8 @@ EXAMPLES = {
     ("DELETE /v1/leases/{leaseId}", NEGATIVE): 50,
     ("POST /v1/leases/{leaseId}/report", POSITIVE): 320,
     ("POST /v1/leases/{leaseId}/report", NEGATIVE): 80,
+    ("POST /v1/leases/{leaseId}/renew", POSITIVE): 60,
+    ("POST /v1/leases/{leaseId}/renew", NEGATIVE): 40,
 }
 
 

@@ -70,11 +70,14 @@ def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> None:
         "--lease-max-ttl=600",
         "--lease-cooldown=100",
         "--lease-ban-backoff-cap=150",
+        "--lease-rate-limit-cooldown=40",
     )
     clock = VirtualClock()
     store = lease_store(settings, clock)
     assert store.max_ttl == 600
-    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 100
+    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 40
+    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 80, "a repeat doubles"
+    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 100, "160 s, capped by the window"
     assert cools_for(store, clock, ReportResult.BANNED) == 100
     assert cools_for(store, clock, ReportResult.BANNED) == 150, "200 s, capped"
 

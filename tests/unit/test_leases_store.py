@@ -105,7 +105,9 @@ def test_no_match_counts_add_up(store: LeaseStore) -> None:
     store.report(lease.lease_id, ReportResult.BANNED, "example.com")
     candidates = pool(busy, cooling, record("down", healthy=False), record("new", healthy=None))
     no_match = refused(store.acquire(candidates, "example.com", 60))
-    assert no_match == NoMatch(considered=4, at_capacity=1, in_cooldown=1, unhealthy=2)
+    assert no_match == NoMatch(
+        considered=4, at_capacity=1, in_cooldown=1, unhealthy=2, retry_after=60.0
+    )
     assert no_match.considered == no_match.at_capacity + no_match.in_cooldown + no_match.unhealthy
 
 
@@ -226,14 +228,14 @@ def test_forgetting_a_proxy_ends_its_leases_and_cooldowns(store: LeaseStore) -> 
 
 
 def test_repr_describes_the_state(store: LeaseStore, clock: VirtualClock) -> None:
-    assert repr(store) == "<LeaseStore [leases: 0 active | cooldowns: 0]>"
+    assert repr(store) == "<LeaseStore [leases: 0 active | cooldowns: 0 | paused targets: 0]>"
     candidates = pool(record("a"), record("b"))
     lease = granted(store.acquire(candidates, None, 10))
     granted(store.acquire(candidates, None, 100))
     store.report(lease.lease_id, ReportResult.RATE_LIMITED, "t.example")
-    assert repr(store) == "<LeaseStore [leases: 2 active | cooldowns: 1]>"
+    assert repr(store) == "<LeaseStore [leases: 2 active | cooldowns: 1 | paused targets: 0]>"
     clock.advance(WINDOW)
-    assert repr(store) == "<LeaseStore [leases: 1 active | cooldowns: 0]>"
+    assert repr(store) == "<LeaseStore [leases: 1 active | cooldowns: 0 | paused targets: 0]>"
 
 
 @pytest.mark.parametrize("ttl", [0, -1, 3601])

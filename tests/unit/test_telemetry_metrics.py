@@ -49,6 +49,9 @@ class Leases:
     def active_cooldown_count(self) -> int:
         return self.cooldowns
 
+    def paused_target_count(self) -> int:
+        return 0
+
 
 def body(name: str, phase: str | None) -> Mapping[str, Any]:
     status = {"phase": phase} if phase else {}
@@ -234,6 +237,7 @@ def test_the_dashboard_queries_only_series_the_registry_exports() -> None:
     metrics.probes.observe_probe(proxy_key("crawl", "a"), 0.1, ok=False)
     metrics.probes.observe_lateness(0.1)
     metrics.leases.lease_request("granted")
+    metrics.leases.lease_report("banned", "captcha")
     metrics.stacks.observe("up", "ok", 1.0)
     metrics.providers.request("kubernetes", "list", "ok")
     metrics.gc.deleted("kubernetes", "pods")

@@ -1,0 +1,118 @@
+"""The CLI as a shell script sees it: a subprocess against the real discovery app."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.client.served import Served, serve_in_thread
+from tests.integration.discovery_helpers import record
+
+CLI = [sys.executable, "-m", "egress_proxies_client"]
+PROXY_URL = "http://user-only:p%40ss%3Aw%2Frd@127.0.0.1:3128"
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    with serve_in_thread(record("only", attributes={"region": "eu"})) as served:
+        yield served
+
+
+def env_for(served: Served) -> dict[str, str]:
+    return os.environ | {
+        "EGRESS_PROXIES_API_URL": served.url,
+        "EGRESS_PROXIES_TOKEN": served.tokens.one,
+    }
+
+
+def cli(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env_for(served), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_run_exits_with_cmd_s_status_and_releases_when_it_fails(
+    served: Served, tmp_path: Path
+) -> None:
+    seen = tmp_path / "proxy"
+    script = f'printf %s "$HTTPS_PROXY" > {seen}; exit 7'
+    done = cli(served, "run", "-s", "region=eu", "-t", "t.example", "--", "sh", "-c", script)
+    assert done.returncode == 7, done.stderr
+    assert seen.read_text() == PROXY_URL
+    assert served.store.active_lease_count() == 0
+    assert served.lease_requests("granted") == 1
+    assert served.reports("ok", "") == 0, "only exit 0 reports ok by default"
+
+
+def test_run_reports_by_exit_status_with_a_configurable_mapping(served: Served) -> None:
+    assert cli(served, "run", "-t", "t.example", "--", "true").returncode == 0
+    assert served.reports("ok", "") == 1
+    mapped = ["--report", "22=banned:http_403"]
+    done = cli(served, "run", "-t", "t.example", *mapped, "--", "sh", "-c", "exit 22")
+    assert done.returncode == 22
+    assert served.reports("banned", "http_403") == 1
+    assert served.store.active_lease_count() == 0
+    refused = cli(served, "run", "-t", "t.example", "--wait", "0", "--", "true")
+    assert refused.returncode == 3, "the banned pair cools: no proxy"
+    assert "no proxy free" in refused.stderr
+
+
+def test_run_releases_on_sigint_and_exits_like_the_interrupted_command(served: Served) -> None:
+    child = subprocess.Popen(
+        [*CLI, "run", "-t", "t.example", "--", "sleep", "30"],
+        env=env_for(served),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while served.store.active_lease_count() == 0:
+        assert time.monotonic() < deadline, "never leased"
+        time.sleep(0.05)
+    time.sleep(0.3)  # let it start the command and install its handlers
+    child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=20) == 128 + signal.SIGINT
+    assert served.store.active_lease_count() == 0
+    assert served.reports("ok", "") == 0
+
+
+def test_list_lease_renew_report_release(served: Served) -> None:
+    table = cli(served, "proxies")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].split() == [
+        "crawl/only",
+        "http://127.0.0.1:3128",
+        "yes",
+        "0/1",
+        "10",
+        "ms",
+        "region=eu",
+    ]
+    listed = json.loads(cli(served, "proxies", "--json", "-s", "region=eu").stdout)
+    assert [p["name"] for p in listed] == ["only"]
+    assert json.loads(cli(served, "proxies", "--json", "-s", "region=us").stdout) == []
+    lease = json.loads(cli(served, "lease", "-t", "t.example", "--ttl", "30").stdout)
+    assert (lease["proxy"], lease["proxyUrl"]) == ("crawl/only", PROXY_URL)
+    renewed = json.loads(cli(served, "renew", lease["leaseId"], "--ttl", "90").stdout)
+    assert renewed["ttlSeconds"] == 90
+    assert cli(served, "report", lease["leaseId"], "banned", "--reason", "captcha").returncode == 0
+    assert served.reports("banned", "captcha") == 1
+    assert cli(served, "release", lease["leaseId"]).returncode == 0
+    assert served.store.active_lease_count() == 0
+    ended = cli(served, "renew", lease["leaseId"])
+    assert (ended.returncode, "unknown_lease" in ended.stderr) == (4, True)
+
+
+def test_the_token_never_appears_in_output(served: Served) -> None:
+    wrong = os.environ | {"EGRESS_PROXIES_API_URL": served.url, "EGRESS_PROXIES_TOKEN": "x" * 30}
+    done = subprocess.run([*CLI, "proxies"], env=wrong, capture_output=True, text=True, check=False)
+    assert done.returncode == 4
+    assert "401 unauthorized" in done.stderr
+    assert "x" * 30 not in done.stderr + done.stdout

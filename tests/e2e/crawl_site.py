@@ -1,0 +1,92 @@
+"""A 200-page local site that rate-limits each client address and then bans one of them.
+
+Pages form a binary tree (page n links to 2n+1 and 2n+2), so every page is reached
+from exactly one parent. Above RATE pages per second from one source address the
+site answers 429 with `Retry-After: 1`; the first address to collect BAN_AFTER 429s
+is banned: once its Retry-After has passed (so requests already in flight during the
+rate limit still get 429s), it gets a 403 captcha page, for good. Every answer is logged per
+address, so a test can tell which proxy was banned and whether it came back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+PAGES = 200
+RATE = 10
+BAN_AFTER = 3
+CAPTCHA = '<html><div class="g-recaptcha" data-sitekey="x"></div></html>'
+
+
+@dataclass
+class Site:
+    """The running site and what it saw."""
+
+    url: str = ""
+    victim: str | None = None
+    banned_from: float = 0.0
+    answers: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
+    _recent: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
+    _rate_limited: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def answer(self, address: str, now: float) -> int:
+        """The status for one request from `address`."""
+        if address == self.victim and now >= self.banned_from:
+            return 403
+        recent = self._recent[address]
+        while recent and recent[0] <= now - 1.0:
+            recent.popleft()
+        if len(recent) >= RATE:
+            self._rate_limited[address] += 1
+            if self.victim is None and self._rate_limited[address] >= BAN_AFTER:
+                self.victim, self.banned_from = address, now + 1.0
+            return 429
+        recent.append(now)
+        return 200
+
+    def statuses_from(self, address: str) -> list[int]:
+        """What one address got, in order."""
+        return [status for _, status in self.answers[address]]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """One page, or a refusal."""
+        address = request.remote or ""
+        now = time.monotonic()
+        status = self.answer(address, now)
+        self.answers[address].append((now, status))
+        if status == 429:
+            return web.Response(status=429, text="slow down", headers={"Retry-After": "1"})
+        if status == 403:
+            return web.Response(status=403, text=CAPTCHA, content_type="text/html")
+        page = int(request.match_info["n"])
+        if not 0 <= page < PAGES:
+            raise web.HTTPNotFound()
+        links = "".join(
+            f'<a href="/page/{child}">page {child}</a>'
+            for child in (2 * page + 1, 2 * page + 2)
+            if child < PAGES
+        )
+        body = f'<html><h1 data-n="{page}">Page {page}</h1>{links}</html>'
+        return web.Response(text=body, content_type="text/html")
+
+
+@asynccontextmanager
+async def serve_site() -> AsyncIterator[Site]:
+    """Serve the site on 127.0.0.1 until exit."""
+    site = Site()
+    app = web.Application()
+    app.router.add_get("/page/{n}", site.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    site.url = f"http://127.0.0.1:{runner.addresses[0][1]}/page/0"
+    try:
+        yield site
+    finally:
+        await runner.cleanup()
