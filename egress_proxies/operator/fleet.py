@@ -16,9 +16,30 @@ from typing import Any
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key, record_from_body
+from egress_proxies.model import GROUP
 from egress_proxies.stacks.inputs import ProxyCredentials
 
 SecretKey = tuple[str, str]  # (namespace, name)
+
+# What the fleet's readers use of a Proxy's metadata; managedFields and kopf's own
+# annotations (its last-handled configuration is a copy of the spec) are most of a
+# body's size, and a body kept whole keeps every one of kopf's parsed dicts alive.
+_KEPT_METADATA = ("name", "namespace", "uid", "generation", "labels", "deletionTimestamp")
+_OUR_ANNOTATIONS = f"{GROUP}/"
+
+
+def slim_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Proxy body the fleet's readers use (spec, status, some metadata)."""
+    meta = body["metadata"]
+    kept = {key: meta[key] for key in _KEPT_METADATA if key in meta}
+    ours = {
+        key: value
+        for key, value in (meta.get("annotations") or {}).items()
+        if key.startswith(_OUR_ANNOTATIONS)
+    }
+    if ours:
+        kept["annotations"] = ours
+    return {"metadata": kept, "spec": body.get("spec") or {}, "status": body.get("status") or {}}
 
 
 def decode_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
@@ -50,10 +71,10 @@ class Fleet:
         )
 
     def put_proxy(self, body: Mapping[str, Any]) -> None:
-        """Record the latest body of a Proxy."""
+        """Record the latest body of a Proxy (only the parts the fleet's readers use)."""
         meta = body["metadata"]
         key = proxy_key(meta["namespace"], meta["name"])
-        self._proxies[key] = body
+        self._proxies[key] = slim_body(body)
         self._by_uid[meta["uid"]] = key
         self._records.pop(key, None)
         self._snapshot = None
