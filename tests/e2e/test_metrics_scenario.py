@@ -49,6 +49,7 @@ GAUGES = (
     "egress_proxies_leases_active",
     "egress_proxies_lease_cooldowns_active",
     "egress_proxies_gc_last_sweep_timestamp_seconds",
+    "egress_proxies_targets_paused",
 )
 COUNTERS = (
     "egress_proxies_healthcheck_failures",
@@ -56,6 +57,8 @@ COUNTERS = (
     "egress_proxies_stack_operations",
     "egress_proxies_provider_requests",
     "egress_proxies_gc_deletions",
+    "egress_proxies_lease_reports",
+    "egress_proxies_target_pauses",
 )
 HISTOGRAMS = (
     "egress_proxies_healthcheck_duration_seconds",
@@ -207,7 +210,7 @@ async def test_every_exported_series_after_a_scripted_scenario(
         assert (await lease("ready", "d.example"))[0] == 409, "maxLeases is 3"
         assert (await lease("dead", "a.example"))[0] == 409, "an unhealthy proxy is never leased"
         assert (await lease("ready", "d.example", ttl=10**6))[0] == 400
-        report = {"result": "rate_limited", "target": "a.example"}
+        report = {"result": "rate_limited", "target": "a.example", "reason": "http_429"}
         async with session.post(
             f"{api}/v1/leases/{leases[0]['leaseId']}/report", json=report, headers=auth
         ) as response:
@@ -260,6 +263,7 @@ def check_every_series(scrape: Scrape, namespace: str, started: float, scraped_a
         assert scrape.gauge("egress_proxies_proxies", phase=phase.value) == expected, phase
     assert scrape.gauge("egress_proxies_leases_active") == 3
     assert scrape.gauge("egress_proxies_lease_cooldowns_active") == 1
+    assert scrape.gauge("egress_proxies_targets_paused") == 0
 
     # Health probes: every probe of the dead port failed; the ready one never did.
     ready, dead = f"{namespace}/ready", f"{namespace}/dead"
@@ -285,6 +289,9 @@ def check_every_series(scrape: Scrape, namespace: str, started: float, scraped_a
     outcomes = {"granted": 3, "no_match": 2, "rejected": 1}
     for outcome, count in outcomes.items():
         assert scrape.counter("egress_proxies_lease_requests", outcome=outcome) == count, outcome
+    reported = {"result": "rate_limited", "reason": "http_429"}
+    assert scrape.counter("egress_proxies_lease_reports", **reported) == 1
+    assert scrape.counter("egress_proxies_target_pauses") == 0, "no ban storm"
 
     # One `up` for the managed Proxy; the External one has no stack.
     assert scrape.counter("egress_proxies_stack_operations", op="up", result="ok") == 1
