@@ -170,7 +170,7 @@ async def measure_kind(
     work = root / f"operator-{kind}"
     work.mkdir()
     snapshots = work / "snapshots"
-    env = dict(OPERATOR_ENV)
+    env = dict(OPERATOR_ENV) | dict(item.split("=", 1) for item in args.operator_env)
     if args.tracemalloc:
         env[TRACEMALLOC_ENV] = str(snapshots)
     with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
@@ -231,6 +231,9 @@ def main() -> None:
     parser.add_argument("--counts", default="100,300", help="Ready Proxies at each reading")
     parser.add_argument("--kinds", default="external,managed", help="external and/or managed")
     parser.add_argument("--tracemalloc", action="store_true", help="diff allocation sites")
+    parser.add_argument(
+        "--operator-env", action="append", default=[], help="NAME=VALUE for the operator"
+    )
     args = parser.parse_args()
     args.counts = sorted(int(count) for count in args.counts.split(","))
     args.kinds = [kind for kind in args.kinds.split(",") if kind]

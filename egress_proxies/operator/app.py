@@ -74,7 +74,7 @@ from egress_proxies.stacks.programs.gce_vm import gce_vm_program
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
-from egress_proxies.telemetry.memory import snapshots_on_signal
+from egress_proxies.telemetry.memory import cap_malloc_arenas, snapshots_on_signal
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
 
@@ -418,6 +418,7 @@ def run_operator(settings: OperatorSettings) -> int:
         print(f"egress-proxies: {error}", file=sys.stderr)
         return 2
     setup_tracing(os.environ)
+    cap_malloc_arenas()  # before the runner's and asyncio's threads allocate
     try:
         operator = Operator(settings)
     except (
