@@ -4,10 +4,12 @@
 
 A server process (as in production, where crawlers run elsewhere) serves a
 trivial aiohttp handler and the discovery API over 100, 1,000 and 10,000
-indexed proxies (bearer auth on). This process runs `--clients` concurrent
-clients against each in turn, each client a keep-alive connection doing a
-fixed number of requests, for `--rounds` interleaved rounds. The clients speak
-minimal HTTP/1.1 over asyncio streams, so that the server and not the load
+indexed proxies, set up as the operator sets it up: bearer tokens from a token
+directory (a mounted Secret) and lease metrics on a registry. This process
+runs `--clients` concurrent clients against each in turn, each client a
+keep-alive connection doing a fixed number of requests, for `--rounds`
+interleaved rounds. The clients speak minimal HTTP/1.1 over asyncio streams, so
+that the server and not the load
 generator is what gets measured. From that one run it prints:
 
 - lease+release pairs/s at 1,000 proxies ÷ trivial requests/s (target ≥ 0.5).
@@ -38,19 +40,24 @@ import json
 import multiprocessing
 import pstats
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
+from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.leases import LeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 
 FLEET_SIZES = (100, 1_000, 10_000)
 TOKEN = "bench-token-0123456789abcdef"
@@ -97,7 +104,9 @@ def serve(conn: Connection) -> None:
     Commands: "cpu" (process CPU seconds), "handler-times" (and clear them),
     "profile" (start cProfile), "profile-stats N" (stop it, send its top N), "stop".
     """
-    asyncio.run(_serve(conn))
+    with tempfile.TemporaryDirectory() as tokens_dir:
+        (Path(tokens_dir) / "bench").write_text(TOKEN)
+        asyncio.run(_serve(conn, Path(tokens_dir)))
 
 
 def profile_report(profile: cProfile.Profile, top: int) -> str:
@@ -109,7 +118,7 @@ def profile_report(profile: cProfile.Profile, top: int) -> str:
     return out.getvalue()
 
 
-async def _serve(conn: Connection) -> None:
+async def _serve(conn: Connection, tokens_dir: Path) -> None:
     handler_seconds: list[float] = []
 
     @web.middleware
@@ -128,7 +137,13 @@ async def _serve(conn: Connection) -> None:
     trivial_app.router.add_get("/", trivial)
     apps = {"trivial": trivial_app}
     for size in FLEET_SIZES:
-        app = create_app(FixedCatalog(fleet(size)), LeaseStore(), lambda: frozenset({TOKEN}))
+        store = LeaseStore()
+        app = create_app(
+            FixedCatalog(fleet(size)),
+            store,
+            TokenDirectory(tokens_dir),
+            metrics=LeaseMetrics(CollectorRegistry(), store),
+        )
         app.middlewares.append(time_leases)
         apps[str(size)] = app
     ports: dict[str, int] = {}
