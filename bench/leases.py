@@ -9,8 +9,7 @@ directory (a mounted Secret) and lease metrics on a registry. This process
 runs `--clients` concurrent clients against each in turn, each client a
 keep-alive connection doing a fixed number of requests, for `--rounds`
 interleaved rounds. The clients speak minimal HTTP/1.1 over asyncio streams, so
-that the server and not the load
-generator is what gets measured. From that one run it prints:
+that the server and not the load generator is what gets measured. From that one run it prints:
 
 - lease+release pairs/s at 1,000 proxies ÷ trivial requests/s (target ≥ 0.5).
   A pair is two requests, so this ratio cannot exceed 0.5; the per-request
