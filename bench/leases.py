@@ -1,14 +1,15 @@
 """Discovery API benchmark: lease + release throughput and latency over loopback HTTP.
 
-    .venv/bin/python -m bench.leases [--clients 64] [--pairs 40] [--rounds 5]
+    .venv/bin/python -m bench.leases [--clients 64] [--pairs 40] [--rounds 5] [--profile [N]]
 
 A server process (as in production, where crawlers run elsewhere) serves a
 trivial aiohttp handler and the discovery API over 100, 1,000 and 10,000
-indexed proxies (bearer auth on). This process runs `--clients` concurrent
-clients against each in turn, each client a keep-alive connection doing a
-fixed number of requests, for `--rounds` interleaved rounds. The clients speak
-minimal HTTP/1.1 over asyncio streams, so that the server and not the load
-generator is what gets measured. From that one run it prints:
+indexed proxies, set up as the operator sets it up: bearer tokens from a token
+directory (a mounted Secret) and lease metrics on a registry. This process
+runs `--clients` concurrent clients against each in turn, each client a
+keep-alive connection doing a fixed number of requests, for `--rounds`
+interleaved rounds. The clients speak minimal HTTP/1.1 over asyncio streams, so
+that the server and not the load generator is what gets measured. From that one run it prints:
 
 - lease+release pairs/s at 1,000 proxies ÷ trivial requests/s (target ≥ 0.5).
   A pair is two requests, so this ratio cannot exceed 0.5; the per-request
@@ -21,28 +22,41 @@ generator is what gets measured. From that one run it prints:
 Each ratio is given twice: from wall-clock throughput, and from the server
 process's CPU time per request or pair, which a busy machine disturbs far less.
 Both are medians over the rounds.
+
+`--profile` then runs one more round of lease+release pairs at 1,000 proxies
+and one of trivial requests, each under cProfile in the server process (after
+the measured rounds, so the numbers above stay unprofiled), and prints each
+profile's top N functions (default 25) by own time and by cumulative time.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import json
 import multiprocessing
+import pstats
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
+from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.leases import LeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 
 FLEET_SIZES = (100, 1_000, 10_000)
 TOKEN = "bench-token-0123456789abcdef"
@@ -84,11 +98,26 @@ class FixedCatalog:
 
 
 def serve(conn: Connection) -> None:
-    """Child process: serve every app on its own port; report CPU and lease handler times."""
-    asyncio.run(_serve(conn))
+    """Child process: serve every app on its own port; report CPU and lease handler times.
+
+    Commands: "cpu" (process CPU seconds), "handler-times" (and clear them),
+    "profile" (start cProfile), "profile-stats N" (stop it, send its top N), "stop".
+    """
+    with tempfile.TemporaryDirectory() as tokens_dir:
+        (Path(tokens_dir) / "bench").write_text(TOKEN)
+        asyncio.run(_serve(conn, Path(tokens_dir)))
 
 
-async def _serve(conn: Connection) -> None:
+def profile_report(profile: cProfile.Profile, top: int) -> str:
+    """The profile's top functions by own time, then by cumulative time."""
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out).strip_dirs()
+    for order in (pstats.SortKey.TIME, pstats.SortKey.CUMULATIVE):
+        stats.sort_stats(order).print_stats(top)
+    return out.getvalue()
+
+
+async def _serve(conn: Connection, tokens_dir: Path) -> None:
     handler_seconds: list[float] = []
 
     @web.middleware
@@ -107,7 +136,13 @@ async def _serve(conn: Connection) -> None:
     trivial_app.router.add_get("/", trivial)
     apps = {"trivial": trivial_app}
     for size in FLEET_SIZES:
-        app = create_app(FixedCatalog(fleet(size)), LeaseStore(), lambda: frozenset({TOKEN}))
+        store = LeaseStore()
+        app = create_app(
+            FixedCatalog(fleet(size)),
+            store,
+            TokenDirectory(tokens_dir),
+            metrics=LeaseMetrics(CollectorRegistry(), store),
+        )
         app.middlewares.append(time_leases)
         apps[str(size)] = app
     ports: dict[str, int] = {}
@@ -120,9 +155,18 @@ async def _serve(conn: Connection) -> None:
         runners.append(runner)
     conn.send(ports)
     loop = asyncio.get_running_loop()
+    profile = cProfile.Profile()
     while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
         if command == "cpu":
             conn.send(time.process_time())
+        elif command == "profile":
+            # Enabled here, on the event loop's thread: the executor thread is not profiled.
+            profile = cProfile.Profile()
+            profile.enable()
+            conn.send(None)
+        elif command.startswith("profile-stats"):
+            profile.disable()
+            conn.send(profile_report(profile, int(command.split()[1])))
         else:
             conn.send(list(handler_seconds))
             handler_seconds.clear()
@@ -264,6 +308,31 @@ def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -
     asyncio.run(rounds())
     conn.send("handler-times")
     handler_times: list[float] = conn.recv()
+    report(args, trivial, pairs, trivial_latency, lease_latency, handler_times)
+    if args.profile:
+        profiled = (
+            ("lease+release pairs, 1,000 proxies", "1000", lease_and_release([])),
+            ("trivial requests", "trivial", trivial_get([])),
+        )
+        for title, name, work in profiled:
+            steps = args.pairs if name == "1000" else 2 * args.pairs
+            conn.send("profile")
+            conn.recv()
+            asyncio.run(run_clients(ports[name], args.clients, steps, work))
+            conn.send(f"profile-stats {args.profile}")
+            print(f"\nserver profile: {title}, {args.clients} clients x {steps}")
+            print(conn.recv())
+
+
+def report(
+    args: argparse.Namespace,
+    trivial: Scenario,
+    pairs: dict[int, Scenario],
+    trivial_latency: list[float],
+    lease_latency: list[float],
+    handler_times: list[float],
+) -> None:
+    """Print the rates, CPU per unit, ratios and latencies."""
     thousand = pairs[1_000]
     print(f"{args.clients} clients, {args.rounds} rounds, loopback, server in its own process")
     print(f"{'':24}{'per second':>12}{'server CPU each':>18}")
@@ -281,6 +350,10 @@ def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -
         f"       {2 * trivial.cpu / thousand.cpu:5.2f}"
     )
     print(
+        f"  lease API request CPU ÷ trivial (≤ 1.5)         {thousand.cpu / (2 * trivial.cpu):5.2f}"
+        "   (the per-request ratio inverted)"
+    )
+    print(
         f"  10,000 ÷ 100 proxies (≥ 0.7)        {pairs[10_000].rate / pairs[100].rate:5.2f}"
         f"       {pairs[100].cpu / pairs[10_000].cpu:5.2f}"
     )
@@ -296,6 +369,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--pairs", type=int, default=40, help="pairs per client per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=25,
+        default=0,
+        metavar="N",
+        help="then profile the server (cProfile) and print its top N functions",
+    )
     args = parser.parse_args()
     ours, theirs = multiprocessing.Pipe()
     server = multiprocessing.get_context("spawn").Process(target=serve, args=(theirs,))

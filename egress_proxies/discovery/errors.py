@@ -29,6 +29,7 @@ _CODES_BY_STATUS = {
 }
 # Headers aiohttp attaches to its own errors that a client needs (405 lists what is allowed).
 _KEPT_HEADERS = ("Allow",)
+_JSON_CONTENT_TYPE = {"Content-Type": "application/json; charset=utf-8"}
 
 
 class ApiError(Exception):
@@ -56,7 +57,9 @@ def json_response(
     body: str, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:
     """A response carrying an already serialised JSON body."""
-    return web.Response(text=body, status=status, content_type="application/json", headers=headers)
+    # Bytes and a ready header: aiohttp's text= path parses and rebuilds Content-Type.
+    all_headers = {**_JSON_CONTENT_TYPE, **headers} if headers else _JSON_CONTENT_TYPE
+    return web.Response(body=body.encode(), status=status, headers=all_headers)
 
 
 @web.middleware

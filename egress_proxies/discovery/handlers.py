@@ -7,7 +7,6 @@ import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
-from urllib.parse import quote
 
 from aiohttp import web
 
@@ -20,11 +19,9 @@ from egress_proxies.discovery.parsing import (
     read_body,
     reject_query,
 )
+from egress_proxies.discovery.responses import GrantedBodies, proxy_url
 from egress_proxies.discovery.schemas import (
-    Credentials,
     Health,
-    LeasedProxy,
-    LeaseGranted,
     LeaseRequest,
     NoMatchBody,
     ProxyList,
@@ -32,7 +29,7 @@ from egress_proxies.discovery.schemas import (
     RenewRequest,
     ReportRequest,
 )
-from egress_proxies.leases import InvalidTtlError, Lease, LeaseStore, NoMatch, is_offerable
+from egress_proxies.leases import InvalidTtlError, LeaseStore, NoMatch, is_offerable
 
 GRANTED, NO_MATCH, REJECTED = "granted", "no_match", "rejected"
 _HEALTH_BODY = Health().model_dump_json()
@@ -70,6 +67,7 @@ class Handlers:
         self._store = store
         self._metrics = metrics
         self._openapi_json = openapi_json
+        self._granted = GrantedBodies()
 
     async def health(self, _: web.Request) -> web.Response:
         """GET /healthz: the process serves requests (unauthenticated)."""
@@ -106,7 +104,7 @@ class Handlers:
             headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
             return json_response(_no_match_body(outcome, retry_after), 409, headers)
         self._count(GRANTED)
-        return json_response(_granted(outcome).model_dump_json(), status=201)
+        return json_response(self._granted.render(outcome), status=201)
 
     async def renew(self, request: web.Request) -> web.Response:
         """POST /v1/leases/{leaseId}/renew: the lease now ends ttlSeconds from now."""
@@ -120,7 +118,7 @@ class Handlers:
             raise ApiError(400, "invalid_request", str(error)) from None
         if lease is None:
             raise ApiError(404, "unknown_lease", "no such lease, or it has ended")
-        return json_response(_granted(lease).model_dump_json())
+        return json_response(self._granted.render(lease))
 
     async def release(self, request: web.Request) -> web.Response:
         """DELETE /v1/leases/{leaseId}: end the lease; unknown or ended ids are fine too."""
@@ -171,44 +169,6 @@ class Handlers:
             self._metrics.lease_request(outcome)
 
 
-def _proxy_url(record: ProxyRecord, with_credentials: bool = False) -> str:
-    # Formatted by hand: yarl refuses odd hosts, and one odd record must not fail a listing.
-    host = f"[{record.host}]" if ":" in record.host else record.host
-    credentials = record.credentials if with_credentials else None
-    userinfo = (
-        ""
-        if credentials is None
-        else f"{quote(credentials.username, safe='')}:{quote(credentials.password, safe='')}@"
-    )
-    return f"{record.scheme}://{userinfo}{host}:{record.port}"
-
-
-def _granted(lease: Lease) -> LeaseGranted:
-    record = lease.proxy
-    credentials = record.credentials
-    url = _proxy_url(record)
-    return LeaseGranted(
-        lease_id=lease.lease_id,
-        proxy=LeasedProxy(
-            namespace=record.namespace,
-            name=record.name,
-            scheme=record.scheme,
-            host=record.host,
-            port=record.port,
-            url=url,
-            credentials=None
-            if credentials is None
-            else Credentials(username=credentials.username, password=credentials.password),
-            url_with_credentials=_proxy_url(record, with_credentials=True),
-            attributes=dict(record.attributes),
-            latency_millis=record.latency_millis,
-        ),
-        target=lease.target,
-        ttl_seconds=lease.ttl_seconds,
-        expires_at=datetime.fromtimestamp(lease.expires_at, UTC),
-    )
-
-
 def _whole_seconds(seconds: float | None) -> int | None:
     # Retry-After is whole seconds; round up so a client never comes back too early.
     return None if seconds is None else max(1, math.ceil(seconds))
@@ -237,7 +197,7 @@ def _summary(record: ProxyRecord, counts: Mapping[ProxyKey, int]) -> ProxySummar
         scheme=record.scheme,
         host=record.host,
         port=record.port,
-        url=_proxy_url(record),
+        url=proxy_url(record),
         attributes=dict(record.attributes),
         healthy=record.healthy,
         deleting=record.deleting,

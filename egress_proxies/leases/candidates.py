@@ -54,6 +54,11 @@ class CandidatePool:
         return len(self.ranked) + self.not_offerable
 
     @cached_property
+    def ranked_keys(self) -> tuple[ProxyKey, ...]:
+        """The offerable proxies' keys, in rank order."""
+        return tuple(record.key for record in self.ranked)
+
+    @cached_property
     def keys(self) -> frozenset[ProxyKey]:
         """The offerable proxies' keys."""
         return frozenset(record.key for record in self.ranked)

@@ -102,6 +102,8 @@ class Cooldowns:
 
     def is_cooling(self, key: ProxyKey, target: str | None, now: float) -> bool:
         """True while the proxy cools for this target or globally."""
+        if not self._pairs:
+            return False
         return self.cooling_until(key, target, now) is not None
 
     def active_count(self, now: float) -> int:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NewType
@@ -19,7 +20,8 @@ _LEASE_ID = re.compile(LEASE_ID_PATTERN)
 
 def new_lease_id() -> LeaseId:
     """An unguessable id: holding it is what entitles a client to release or report."""
-    return LeaseId(secrets.token_urlsafe(16))
+    # secrets.token_urlsafe(16) without its layers of calls: the same 22 characters.
+    return LeaseId(base64.urlsafe_b64encode(os.urandom(16))[:22].decode())
 
 
 def parse_lease_id(text: str) -> LeaseId | None:

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import compress
+from operator import not_
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.leases.banstorm import BanStorms
@@ -48,7 +50,8 @@ class LeaseStore:
     latency, then key. A proxy at its `max_leases` or cooling for the target is
     skipped. Acquiring walks the pool's ranked proxies and stops at the first
     idle one, so its cost grows with the busy or cooling proxies ranked ahead of
-    the winner, not with the size of the fleet.
+    the winner, not with the size of the fleet; busy ones are skipped without a
+    Python step each, since an idle proxy, when there is one, always wins.
     """
 
     def __init__(
@@ -89,31 +92,12 @@ class LeaseStore:
             now = self._clock()
             self._end_due(now)
             paused_until = None if target is None else self._storms.paused_until(target, now)
-            holders, cooldowns = self._holders, self._cooldowns
-            winner, winner_count = None, 0
-            at_capacity = in_cooldown = 0
-            for record in pool.ranked:
-                count = len(holders.get(record.key, ()))
-                if count >= record.max_leases:
-                    at_capacity += 1
-                elif paused_until is not None or cooldowns.is_cooling(record.key, target, now):
-                    in_cooldown += 1
-                elif winner is None or count < winner_count:
-                    winner, winner_count = record, count
-                    if count == 0:
-                        break
+            winner = None if paused_until is not None else self._first_idle(pool, target, now)
             if winner is None:
-                free_at = self._earliest_free(pool, target, now)
-                if paused_until is not None:
-                    free_at = max(paused_until, free_at or paused_until)
-                return NoMatch(
-                    considered=pool.considered,
-                    at_capacity=at_capacity,
-                    in_cooldown=in_cooldown,
-                    unhealthy=pool.not_offerable,
-                    retry_after=None if free_at is None else free_at - now,
-                    target_paused=paused_until is not None,
-                )
+                outcome = self._least_loaded(pool, target, now, paused_until)
+                if isinstance(outcome, NoMatch):
+                    return outcome
+                winner = outcome
             lease = Lease(
                 new_lease_id(),
                 winner,
@@ -124,9 +108,54 @@ class LeaseStore:
                 pool_size=pool.considered,
             )
             self._active[lease.lease_id] = lease
-            holders.setdefault(winner.key, {})[lease.lease_id] = lease
+            self._holders.setdefault(winner.key, {})[lease.lease_id] = lease
             heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
             return lease
+
+    def _first_idle(
+        self, pool: CandidatePool, target: str | None, now: float
+    ) -> ProxyRecord | None:
+        """The best-ranked proxy nobody holds and not cooling for the target, if any.
+
+        Whenever one exists it is the winner (no proxy has fewer than no leases),
+        so the busy proxies ranked ahead of it are skipped at C speed, uncounted.
+        """
+        is_held = self._holders.__contains__
+        for record in compress(pool.ranked, map(not_, map(is_held, pool.ranked_keys))):
+            if not self._cooldowns.is_cooling(record.key, target, now):
+                return record
+        return None
+
+    def _least_loaded(
+        self, pool: CandidatePool, target: str | None, now: float, paused_until: float | None
+    ) -> ProxyRecord | NoMatch:
+        """The full walk: the free proxy with the fewest leases, or why none is free."""
+        holders, cooldowns = self._holders, self._cooldowns
+        winner, winner_count = None, 0
+        at_capacity = in_cooldown = 0
+        for record in pool.ranked:
+            count = len(holders.get(record.key, ()))
+            if count >= record.max_leases:
+                at_capacity += 1
+            elif paused_until is not None or cooldowns.is_cooling(record.key, target, now):
+                in_cooldown += 1
+            elif winner is None or count < winner_count:
+                winner, winner_count = record, count
+                if count == 0:
+                    break
+        if winner is None:
+            free_at = self._earliest_free(pool, target, now)
+            if paused_until is not None:
+                free_at = max(paused_until, free_at or paused_until)
+            return NoMatch(
+                considered=pool.considered,
+                at_capacity=at_capacity,
+                in_cooldown=in_cooldown,
+                unhealthy=pool.not_offerable,
+                retry_after=None if free_at is None else free_at - now,
+                target_paused=paused_until is not None,
+            )
+        return winner
 
     def renew(self, lease_id: LeaseId, ttl_seconds: int) -> Lease | None:
         """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""

@@ -48,6 +48,9 @@ class LeaseMetrics:
             ["outcome"],
             registry=registry,
         )
+        # Each outcome's child, looked up once (on first use, so a series appears only
+        # once counted): a label lookup per request costs more than the increment.
+        self._by_outcome: dict[str, Counter] = {}
         self._reports = Counter(
             LEASE_REPORTS,
             "Lease reports by result and reason (empty when none was given).",
@@ -61,7 +64,10 @@ class LeaseMetrics:
 
     def lease_request(self, outcome: str) -> None:
         """Count one lease request: granted, no_match or rejected."""
-        self._requests.labels(outcome=outcome).inc()
+        counter = self._by_outcome.get(outcome)
+        if counter is None:
+            counter = self._by_outcome[outcome] = self._requests.labels(outcome=outcome)
+        counter.inc()
 
     def lease_report(self, result: str, reason: str | None) -> None:
         """Count one accepted report."""

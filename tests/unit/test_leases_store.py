@@ -276,3 +276,19 @@ def test_threads_acquiring_at_once_never_overbook(store: LeaseStore) -> None:
         outcomes = list(threads.map(lambda _: store.acquire(candidates, None, 60), range(200)))
     granted_per_proxy = Counter(o.proxy.name for o in outcomes if isinstance(o, Lease))
     assert granted_per_proxy == {f"p{index}": index % 3 + 1 for index in range(10)}
+
+
+def test_an_idle_proxy_cooling_for_the_target_is_passed_over(store: LeaseStore) -> None:
+    shared = record("shared", latency_millis=5, max_leases=3)
+    banned = record("banned", latency_millis=10)
+    idle = record("idle", latency_millis=50)
+    candidates = pool(shared, banned, idle)
+    lease = granted(store.acquire(candidates, "site", 60))
+    assert lease.proxy.name == "shared"
+    first = granted(store.acquire(candidates, "site", 60))
+    assert first.proxy.name == "banned"
+    assert store.report(first.lease_id, ReportResult.BANNED, None) is not None
+    store.release(first.lease_id)
+    assert granted(store.acquire(candidates, "site", 60)).proxy.name == "idle"
+    assert granted(store.acquire(candidates, "site", 60)).proxy.name == "shared"
+    assert granted(store.acquire(candidates, "other", 60)).proxy.name == "banned"

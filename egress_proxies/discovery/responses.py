@@ -1,0 +1,84 @@
+"""The granted-lease body, rendered without building pydantic models on every request.
+
+A lease's `proxy` object depends only on the ProxyRecord, and records are
+immutable and replaced whenever they change, so its JSON is rendered once per
+record object (by the LeasedProxy model, so it is exactly the model's output)
+and reused; the few per-lease fields are spliced around it. The result equals
+`LeaseGranted(...).model_dump_json()` byte for byte (a test holds it to that).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+from pydantic_core import to_json
+
+from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.discovery.schemas import Credentials, LeasedProxy
+from egress_proxies.leases import Lease
+
+# Records remembered; a fleet that outgrows it (or churns past it) just starts over.
+MAX_CACHED_PROXIES = 65_536
+
+
+def proxy_url(record: ProxyRecord, with_credentials: bool = False) -> str:
+    """scheme://[userinfo@]host:port, IPv6 hosts bracketed, credentials percent-encoded."""
+    # Formatted by hand: yarl refuses odd hosts, and one odd record must not fail a listing.
+    host = f"[{record.host}]" if ":" in record.host else record.host
+    credentials = record.credentials if with_credentials else None
+    userinfo = (
+        ""
+        if credentials is None
+        else f"{quote(credentials.username, safe='')}:{quote(credentials.password, safe='')}@"
+    )
+    return f"{record.scheme}://{userinfo}{host}:{record.port}"
+
+
+def leased_proxy(record: ProxyRecord) -> LeasedProxy:
+    """The `proxy` object of a granted lease."""
+    credentials = record.credentials
+    return LeasedProxy(
+        namespace=record.namespace,
+        name=record.name,
+        scheme=record.scheme,
+        host=record.host,
+        port=record.port,
+        url=proxy_url(record),
+        credentials=None
+        if credentials is None
+        else Credentials(username=credentials.username, password=credentials.password),
+        url_with_credentials=proxy_url(record, with_credentials=True),
+        attributes=dict(record.attributes),
+        latency_millis=record.latency_millis,
+    )
+
+
+class GrantedBodies:
+    """Renders LeaseGranted bodies, each record's `proxy` JSON rendered once."""
+
+    def __init__(self) -> None:
+        self._proxies: dict[ProxyKey, tuple[ProxyRecord, str]] = {}
+
+    def __repr__(self) -> str:
+        return f"<GrantedBodies [proxies cached: {len(self._proxies)}]>"
+
+    def render(self, lease: Lease) -> str:
+        """The 201 (or renew 200) body for `lease`, as LeaseGranted would serialise it."""
+        target = "null" if lease.target is None else to_json(lease.target).decode()
+        expires_at = datetime.fromtimestamp(lease.expires_at, UTC).isoformat()
+        return (
+            f'{{"leaseId":"{lease.lease_id}","proxy":{self._proxy_json(lease.proxy)},'
+            f'"target":{target},"ttlSeconds":{lease.ttl_seconds},'
+            f'"expiresAt":"{expires_at.removesuffix("+00:00")}Z"}}'
+        )
+
+    def _proxy_json(self, record: ProxyRecord) -> str:
+        cached = self._proxies.get(record.key)
+        if cached is not None and cached[0] is record:
+            return cached[1]
+        if len(self._proxies) >= MAX_CACHED_PROXIES:
+            self._proxies.clear()
+        rendered = leased_proxy(record).model_dump_json()
+        self._proxies[record.key] = (record, rendered)
+        return rendered

@@ -1,0 +1,66 @@
+"""The granted-lease body fast path equals the LeaseGranted model's JSON, byte for byte."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.discovery.responses import GrantedBodies, leased_proxy
+from egress_proxies.discovery.schemas import LeaseGranted
+from egress_proxies.leases import Lease, LeaseId
+from egress_proxies.model import HealthCheck
+from egress_proxies.stacks.inputs import ProxyCredentials
+
+RECORD = ProxyRecord(
+    key=proxy_key("ns", "p1"),
+    uid="uid-1",
+    namespace="ns",
+    name="p1",
+    scheme="http",
+    host="10.0.0.1",
+    port=3128,
+    health_check=HealthCheck(),
+    attributes={"pool": "eu", "note": 'quote " and é \u2028'},
+    credentials=ProxyCredentials("us:er", "p@ss/wörd"),
+    healthy=True,
+    latency_millis=12,
+)
+
+
+def model_json(lease: Lease) -> str:
+    return LeaseGranted(
+        lease_id=lease.lease_id,
+        proxy=leased_proxy(lease.proxy),
+        target=lease.target,
+        ttl_seconds=lease.ttl_seconds,
+        expires_at=datetime.fromtimestamp(lease.expires_at, UTC),
+    ).model_dump_json()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        RECORD,
+        replace(RECORD, credentials=None, latency_millis=None, attributes={}),
+        replace(RECORD, host="fd00::1", scheme="https"),
+    ],
+)
+@pytest.mark.parametrize("target", [None, "example.com", 'we"ird\\tar\x01get é'])
+@pytest.mark.parametrize("expires_at", [1_700_000_000.0, 1_700_000_000.5, 1_700_000_000.1234567])
+def test_rendered_body_equals_the_model(
+    record: ProxyRecord, target: str | None, expires_at: float
+) -> None:
+    lease = Lease(LeaseId("A" * 22), record, target, 300, expires_at)
+    assert GrantedBodies().render(lease) == model_json(lease)
+
+
+def test_a_changed_record_is_rendered_anew() -> None:
+    bodies = GrantedBodies()
+    first = Lease(LeaseId("A" * 22), RECORD, None, 60, 1_700_000_000.0)
+    bodies.render(first)
+    moved = replace(first, proxy=replace(RECORD, host="10.0.0.2"))
+    assert bodies.render(moved) == model_json(moved)
+    assert repr(bodies) == "<GrantedBodies [proxies cached: 1]>"
