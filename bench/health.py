@@ -40,7 +40,7 @@ from egress_proxies.health import HealthEngine, HealthReport, HttpProber, LoopCl
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
-from tests.squidproc import SquidProcess, free_ports
+from harness.squid import SquidProcess, free_ports
 
 PORTS_PER_SQUID = 125
 CREDENTIALS = ProxyCredentials("bench", "bench-password")

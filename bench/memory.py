@@ -47,9 +47,9 @@ from bench.reconcile import (
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
-from tests.conftest import wait_for
-from tests.e2e.conftest import OperatorProcess, new_operator, proxy_path
-from tests.integration.origins import serve_origin
+from harness.cluster import wait_for
+from harness.operator import OperatorProcess, new_operator, proxy_path
+from harness.origins import serve_origin
 
 OPEN_SQUID = "http_port 3128\nhttp_access allow all\n"
 TOP_SITES = 15

@@ -56,8 +56,9 @@ import aiohttp
 import pulumi
 from pulumi import automation as auto
 
+from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyRecord, proxy_key
-from egress_proxies.devcluster import KubeClient, toolchain
+from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.cluster import stop as dev_cluster_down
 from egress_proxies.health import HttpProber
 from egress_proxies.model import PROVISIONED, ProxySpec, find_condition
@@ -66,8 +67,8 @@ from egress_proxies.operator.status import status_of
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name, stack_name
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
-from tests.conftest import ClusterHandle, start_supervised_cluster, wait_for
-from tests.e2e.conftest import (
+from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
+from harness.operator import (
     OperatorProcess,
     counting_pulumi_root,
     descendants,
@@ -76,7 +77,7 @@ from tests.e2e.conftest import (
     proxy_path,
     wait_gone,
 )
-from tests.integration.origins import serve_origin
+from harness.origins import serve_origin
 
 CONCURRENCY = 4  # `egress-proxies run --concurrency`'s default
 POLL_ONE = 0.1  # seconds between reads of one Proxy while timing it

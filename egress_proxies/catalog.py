@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NewType, Protocol
+from typing import Any, Protocol
 
 from egress_proxies.model import (
     HEALTHY,
@@ -21,14 +21,9 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.values import ProxyCredentials, ProxyKey, proxy_key
 
-ProxyKey = NewType("ProxyKey", str)
-
-
-def proxy_key(namespace: str, name: str) -> ProxyKey:
-    """`namespace/name`, the identity used across the health engine and the lease store."""
-    return ProxyKey(f"{namespace}/{name}")
+__all__ = ["ProxyCatalog", "ProxyKey", "ProxyRecord", "proxy_key", "record_from_body"]
 
 
 @dataclass(frozen=True)

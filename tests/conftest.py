@@ -2,65 +2,33 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import signal
-import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
-from egress_proxies.devcluster import ApiError, Credentials, KubeClient, StateLayout, toolchain
-from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies import toolchain
+from egress_proxies.devcluster import ApiError, KubeClient
+from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
 
-T = TypeVar("T")
+__all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
 
-
-@dataclass(frozen=True)
-class ClusterHandle:
-    """A running dev cluster: where its state lives and how to reach it as admin."""
-
-    layout: StateLayout
-    credentials: Credentials
-
-    @property
-    def kubeconfig(self) -> Path:
-        """The admin kubeconfig (for kopf, kubectl and the pulumi kubernetes provider)."""
-        return self.layout.kubeconfig
+# Tests are grouped by how much they start: unit (nothing), integration (real
+# processes on loopback: squid, the dev cluster, pulumi), e2e (the operator as a
+# process). `make test` runs them all; `pytest -m "not e2e"` is the quick loop.
+_KINDS = ("unit", "integration", "e2e", "client")
 
 
-def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, ClusterHandle]:
-    """`dev-cluster up` as a child that dies with this process; returns once it is ready.
-
-    Raises RuntimeError with the supervisor's log tail when it does not start.
-    """
-    layout = StateLayout(state)
-    supervisor = spawn(
-        "supervisor",
-        [
-            sys.executable,
-            "-m",
-            "egress_proxies.cli",
-            "dev-cluster",
-            "up",
-            "--state-dir",
-            str(state),
-        ],
-        pid_dir=pid_dir,
-        log=state / "supervisor.log",
-    )
-    deadline = time.monotonic() + 180
-    while not layout.ready.exists():
-        if not supervisor.alive() or time.monotonic() > deadline:
-            supervisor.stop()
-            raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
-        time.sleep(0.2)
-    return supervisor, ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the kind of its directory (tests/<kind>/...)."""
+    for item in items:
+        for kind in _KINDS:
+            if f"/tests/{kind}/" in str(item.path):
+                item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture(scope="session")
@@ -128,20 +96,6 @@ async def _exists(kube: KubeClient, path: str) -> bool:
             return False
         raise
     return True
-
-
-async def wait_for(
-    check: Callable[[], Awaitable[T | None]], timeout: float = 30.0, interval: float = 0.1
-) -> T:
-    """Poll an async predicate until it returns something truthy; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ import yaml
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
 from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
-from egress_proxies.devcluster.toolchain import MissingToolError
 from egress_proxies.kube.client import ApiError, KubeClient
+from egress_proxies.toolchain import MissingToolError
 
 Progress = Callable[[str], None]
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import aiohttp
 
-from egress_proxies.devcluster import toolchain
+from egress_proxies import toolchain
 from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube.client import ApiError, Credentials, KubeClient, write_kubeconfig
 
 CONTROLLERS = (
@@ -30,7 +31,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 Progress = Callable[[str], None]
 
 
-class StartupError(RuntimeError):
+class StartupError(RuntimeError, EgressProxiesError):
     """A control-plane process failed to start or become ready."""
 
 

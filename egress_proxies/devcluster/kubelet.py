@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from egress_proxies.devcluster import toolchain
+from egress_proxies import toolchain
 from egress_proxies.devcluster.processes import Child, Identity, spawn
 from egress_proxies.devcluster.squidpod import (
     ERR_IMAGE_PULL,
@@ -38,6 +38,7 @@ from egress_proxies.devcluster.squidpod import (
     rewrite_config,
     volume_files,
 )
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube.client import ApiError, JsonObject, KubeClient
 
 logger = logging.getLogger(__name__)
@@ -540,7 +541,7 @@ class LoopbackKubelet:
         await asyncio.to_thread(shutil.rmtree, self._pods_dir / pod.uid, True)
 
 
-class ContainerExitedError(Exception):
+class ContainerExitedError(EgressProxiesError):
     """The container's squid ended (or never served): its exit code and last log lines."""
 
     def __init__(self, exit_code: int, log_tail: str) -> None:

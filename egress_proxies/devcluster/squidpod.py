@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from egress_proxies.errors import EgressProxiesError
+
 DEFAULT_CONFIG_PATH = "/etc/squid/squid.conf"
 ROOT = 0
 # The squid image's own user: `proxy`, uid/gid 13 on Debian and Ubuntu images.
@@ -57,7 +59,7 @@ ERR_IMAGE_PULL = "ErrImagePull"
 CONFIG_ERROR = "CreateContainerConfigError"
 
 
-class PodRejectedError(ValueError):
+class PodRejectedError(ValueError, EgressProxiesError):
     """The pod cannot run as asked; `reason` is a pod status reason.
 
     `waiting` is true where a real kubelet keeps the pod Pending with the

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from egress_proxies.discovery.errors import ApiError
+from egress_proxies.errors import EgressProxiesError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ _TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}
 
 
-class InvalidTokenSecretError(ValueError):
+class InvalidTokenSecretError(ValueError, EgressProxiesError):
     """A token Secret entry that cannot be a bearer token (the message names the key only)."""
 
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from egress_proxies.discovery.schemas import ErrorBody
+from egress_proxies.errors import EgressProxiesError
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ _KEPT_HEADERS = ("Allow",)
 _JSON_CONTENT_TYPE = {"Content-Type": "application/json; charset=utf-8"}
 
 
-class ApiError(Exception):
+class ApiError(EgressProxiesError):
     """A request the API refuses, with the status and body to answer it with."""
 
     def __init__(

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
@@ -27,7 +28,6 @@ from egress_proxies.providers.inventory import Inventory, InventoryError, Invent
 from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
-from egress_proxies.telemetry.tracing import Spans
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ async def always_sweep() -> str | None:
     return None
 
 
-class SweepRefusedError(RuntimeError):
+class SweepRefusedError(RuntimeError, EgressProxiesError):
     """The sweeper will not run with an incomplete view of the fleet."""
 
 
@@ -57,6 +57,28 @@ class SweepReport:
     reconciled: tuple[str, ...] = ()
     failures: tuple[str, ...] = field(default=())
     seconds: float = 0.0
+
+
+class SweepSpans(Protocol):
+    """Where a sweep's spans go; the operator's tracing `Spans` satisfies it."""
+
+    def gc_sweep(self) -> AbstractContextManager[object]:
+        """The root span of one sweep."""
+        ...
+
+    def stack_operation(self, op: str, stack: str) -> AbstractContextManager[object]:
+        """A child span for one stack operation (destroy)."""
+        ...
+
+
+class _Untraced:
+    """No spans: a sweeper built without tracing."""
+
+    def gc_sweep(self) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()
+
+    def stack_operation(self, op: str, stack: str) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
 
 class GcMetrics:
@@ -98,7 +120,7 @@ class Sweeper:
         min_age: datetime.timedelta = DEFAULT_MIN_AGE,
         metrics: GcMetrics | None = None,
         stack_metrics: StackRecorder | None = None,
-        spans: Spans | None = None,
+        spans: SweepSpans | None = None,
         gate: Gate = always_sweep,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
@@ -116,7 +138,7 @@ class Sweeper:
         self._min_age = min_age
         self._metrics = metrics or GcMetrics()
         self._stack_metrics = stack_metrics or _Unrecorded()
-        self._spans = spans or Spans()
+        self._spans = spans or _Untraced()
         self._gate = gate
         self._clock = clock
         self.last: SweepReport | None = None

@@ -20,7 +20,7 @@ import aiohttp
 from egress_proxies.catalog import ProxyRecord
 from egress_proxies.health.probe import Failure, ProbeResult
 from egress_proxies.model import HealthCheck
-from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.values import ProxyCredentials
 
 MAX_BODY_BYTES = 1024 * 1024
 """expectBody must appear within this much of the (decompressed) body."""

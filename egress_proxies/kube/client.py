@@ -21,6 +21,8 @@ from typing import Any
 import aiohttp
 import yaml
 
+from egress_proxies.errors import EgressProxiesError
+
 JsonObject = dict[str, Any]
 
 _SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -29,7 +31,7 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
-class ApiError(Exception):
+class ApiError(EgressProxiesError):
     """The API server answered with a non-2xx status; `status` and `reason` come from its body."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:

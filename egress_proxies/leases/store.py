@@ -18,6 +18,7 @@ from itertools import compress
 from operator import not_
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.leases.banstorm import BanStorms
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.cooldowns import Cooldowns
@@ -39,7 +40,7 @@ DEFAULT_BAN_BACKOFF_CAP = 6 * 3600.0
 DEFAULT_RATE_LIMIT_WINDOW = 30.0
 
 
-class InvalidTtlError(ValueError):
+class InvalidTtlError(ValueError, EgressProxiesError):
     """A TTL outside 1..max_ttl seconds: refused, never clamped."""
 
 

@@ -18,10 +18,11 @@ import kopf
 from kopf._core.engines.peering import Identity  # kopf.operator's type for a peer name
 from prometheus_client import CollectorRegistry
 
+from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyKey, ProxyRecord
-from egress_proxies.devcluster import toolchain
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.sweeper import (
     DEFAULT_INTERVAL,
     DEFAULT_MIN_AGE,
@@ -81,7 +82,7 @@ from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_traci
 logger = logging.getLogger(__name__)
 
 
-class ConfigurationError(RuntimeError):
+class ConfigurationError(RuntimeError, EgressProxiesError):
     """The operator cannot start with the settings it was given."""
 
 

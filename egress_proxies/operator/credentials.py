@@ -14,8 +14,8 @@ from typing import Any
 
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, KIND, UID_LABEL, VERSION
-from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.stacks.naming import instance_name
+from egress_proxies.values import ProxyCredentials
 
 USERNAME = "crawler"
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key, record_from_body
 from egress_proxies.model import GROUP
-from egress_proxies.stacks.inputs import ProxyCredentials
+from egress_proxies.values import ProxyCredentials
 
 SecretKey = tuple[str, str]  # (namespace, name)
 

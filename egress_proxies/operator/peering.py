@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, KubeClient
 
 PEERING_GROUP = "kopf.dev"
@@ -29,7 +30,7 @@ DEFAULT_PEERING = "egress-proxies"
 PAUSE_CHECK_SECONDS = 2.0
 
 
-class PeeringError(RuntimeError):
+class PeeringError(RuntimeError, EgressProxiesError):
     """The peering object is missing and cannot be created."""
 
 

@@ -17,11 +17,13 @@ import secrets
 import socket
 from pathlib import Path
 
+from egress_proxies.errors import EgressProxiesError
+
 LOCK_FILE = "operator.lock"
 IDENTITY_FILE = "peer-identity"
 
 
-class StateDirBusyError(RuntimeError):
+class StateDirBusyError(RuntimeError, EgressProxiesError):
     """Another live operator holds the state dir."""
 
 

@@ -26,6 +26,7 @@ import google.auth.transport.requests
 from google.auth import compute_engine
 from google.oauth2 import service_account
 
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.providers.inventory import InventoryError
 
 COMPUTE_SCOPE = "https://www.googleapis.com/auth/compute"
@@ -40,7 +41,7 @@ class AccessTokens(Protocol):
         ...
 
 
-class CredentialsError(Exception):
+class CredentialsError(EgressProxiesError):
     """No usable Google credentials were found (the message says where it looked)."""
 
 

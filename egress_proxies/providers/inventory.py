@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NewType, Protocol
 
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.model import ProviderName
 
 InstanceId = NewType("InstanceId", str)
@@ -66,7 +67,7 @@ class InventoryListing:
         return f"<InventoryListing {self.provider}: {len(self.instances)} instances{suffix}>"
 
 
-class InventoryError(Exception):
+class InventoryError(EgressProxiesError):
     """Listing or deleting failed as a whole (unreachable API, denied, malformed answer)."""
 
 

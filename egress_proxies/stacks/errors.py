@@ -28,6 +28,8 @@ from enum import StrEnum
 
 import pulumi
 
+from egress_proxies.errors import EgressProxiesError
+
 PERMANENT_PROGRAM_ERROR_MARKER = "egress-proxies: invalid spec"
 
 
@@ -39,7 +41,7 @@ class ErrorClass(StrEnum):
     QUOTA = "Quota"
 
 
-class PermanentProgramError(pulumi.RunError):
+class PermanentProgramError(pulumi.RunError, EgressProxiesError):
     """A spec the program cannot turn into resources; `field` names the offending spec field.
 
     A `pulumi.RunError` is reported by the Automation API as its message alone,

@@ -5,19 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from egress_proxies.model import ProxySpec
+from egress_proxies.values import ProxyCredentials
+
+__all__ = ["SQUID_PORT", "ProgramInputs", "ProxyCredentials"]
 
 SQUID_PORT = 3128
-
-
-@dataclass(frozen=True)
-class ProxyCredentials:
-    """Basic-auth credentials a managed proxy requires (generated per Proxy)."""
-
-    username: str
-    password: str
-
-    def __repr__(self) -> str:
-        return f"ProxyCredentials(username={self.username!r}, password=<redacted>)"
 
 
 @dataclass(frozen=True)

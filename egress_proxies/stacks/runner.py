@@ -30,6 +30,7 @@ import yaml
 from pulumi import automation as auto
 from pulumi.automation._stack import StackInitMode
 
+from egress_proxies.errors import EgressProxiesError
 from egress_proxies.stacks.backend import FileBackend, StackState
 from egress_proxies.stacks.naming import PROJECT
 
@@ -39,7 +40,7 @@ UID_CONFIG_KEY = f"{PROJECT}:proxyUid"
 _ERROR_TAIL_CHARS = 4000
 
 
-class StackOperationError(Exception):
+class StackOperationError(EgressProxiesError):
     """A pulumi operation failed; `text` is the tail of its output, for classification."""
 
     def __init__(self, operation: str, stack: str, text: str) -> None:

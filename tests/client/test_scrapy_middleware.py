@@ -14,9 +14,9 @@ from pathlib import Path
 from aiohttp import web
 
 from egress_proxies.stacks.inputs import ProxyCredentials
+from harness.squid import SquidProcess, free_ports
 from tests.client.served import serve_async
 from tests.integration.discovery_helpers import record
-from tests.squidproc import SquidProcess, free_ports
 
 SPIDER = Path(__file__).with_name("hook_spider.py")
 CREDENTIALS = ProxyCredentials(username="crawler", password="p@ss:w/rd")

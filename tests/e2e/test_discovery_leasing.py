@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from egress_proxies.kube import KubeClient
+from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -18,7 +19,6 @@ from tests.e2e.conftest import (
     wait_gone,
 )
 from tests.e2e.test_proxy_health import squid_pid
-from tests.integration.origins import ORIGIN_BODY, serve_origin
 
 
 class Crawler:

@@ -25,6 +25,7 @@ from egress_proxies.kube import KubeClient
 from egress_proxies.model import GROUP, UID_LABEL, VERSION, Phase
 from egress_proxies.telemetry.metrics import STACK_BUCKETS, SWEEP_BUCKETS
 from egress_proxies.telemetry.probe_metrics import DURATION_BUCKETS, LATENESS_BUCKETS
+from harness.origins import serve_origin
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -35,7 +36,6 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_orphan_gc import pod_names, stray_pod
 from tests.e2e.test_tracing import without_tracing_env
-from tests.integration.origins import serve_origin
 
 SCENARIO_ENV = {
     "EGRESS_PROXIES_GC_INTERVAL_SECONDS": "2",

@@ -8,8 +8,8 @@ import signal
 import time
 
 from egress_proxies.kube import KubeClient
+from harness.origins import serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
-from tests.integration.origins import serve_origin
 
 QUIET_SECONDS = 120
 

@@ -8,9 +8,10 @@ import subprocess
 
 import aiohttp
 
-from egress_proxies.devcluster import toolchain
+from egress_proxies import toolchain
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import CLOUD_INIT_LABEL, SPEC_HASH_ANNOTATION
+from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -22,7 +23,6 @@ from tests.e2e.conftest import (
     wait_for_condition,
     wait_gone,
 )
-from tests.integration.origins import ORIGIN_BODY, serve_origin
 
 
 def stacks_on_backend(operator: OperatorProcess) -> list[str]:

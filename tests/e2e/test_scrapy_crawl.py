@@ -13,9 +13,9 @@ from pathlib import Path
 from egress_proxies_client import AsyncPool
 
 from egress_proxies.kube import KubeClient
+from harness.origins import serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
 from tests.e2e.crawl_site import PAGES, serve_site
-from tests.integration.origins import serve_origin
 
 SPIDER = Path(__file__).with_name("crawl_spider.py")
 PROXIES = ("crawl-a", "crawl-b", "crawl-c")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.kube import ApiError, KubeClient
+from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -23,7 +24,6 @@ from tests.e2e.conftest import (
     proxy_path,
     wait_for_condition,
 )
-from tests.integration.origins import ORIGIN_BODY, serve_origin
 
 BROKEN_IMAGE = "registry.invalid/team/squid-missing:1"
 

@@ -22,6 +22,7 @@ import pytest
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import UID_LABEL
+from harness.origins import serve_origin
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -31,7 +32,6 @@ from tests.e2e.conftest import (
     wait_for_condition,
 )
 from tests.e2e.test_orphan_gc import stray_pod
-from tests.integration.origins import serve_origin
 
 Span = dict[str, Any]
 

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from egress_proxies import crd
+from egress_proxies import crd, toolchain
 from egress_proxies.cli import build_parser
-from egress_proxies.devcluster import toolchain
 from egress_proxies.kube import ApiError, KubeClient
 from tests.conftest import ClusterHandle
 

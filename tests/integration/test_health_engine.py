@@ -17,8 +17,8 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key
 from egress_proxies.health import HealthEngine, HealthReport, HttpProber, ManualClock
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
-from tests.integration.origins import ORIGIN_BODY, Origin, serve_origin
-from tests.squidproc import SquidProcess
+from harness.origins import ORIGIN_BODY, Origin, serve_origin
+from harness.squid import SquidProcess
 
 CREDENTIALS = ProxyCredentials("crawler", "s3cret-pass")
 INTERVAL = 10

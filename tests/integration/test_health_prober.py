@@ -14,9 +14,9 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.health import Failure, HttpProber
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
+from harness.origins import ORIGIN_BODY, Origin, serve_origin
+from harness.squid import SquidProcess, free_ports
 from tests.conftest import wait_for
-from tests.integration.origins import ORIGIN_BODY, Origin, serve_origin
-from tests.squidproc import SquidProcess, free_ports
 
 CREDENTIALS = ProxyCredentials("crawler", "s3cret-pass")
 

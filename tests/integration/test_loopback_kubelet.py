@@ -18,8 +18,8 @@ from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
 from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES
 from egress_proxies.stacks.programs.squid_pod import pod_spec as squid_pod_program_spec
+from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
-from tests.integration.origins import ORIGIN_BODY, serve_origin
 
 CREDENTIALS = ProxyCredentials(username="crawler", password="a-long-random-password-1234")
 OPEN_SQUID_CONF = """\

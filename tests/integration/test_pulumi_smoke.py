@@ -10,7 +10,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi import automation as auto
 
-from egress_proxies.devcluster import KubeClient, toolchain
+from egress_proxies import toolchain
+from egress_proxies.devcluster import KubeClient
 from tests.conftest import ClusterHandle, PulumiBackend
 
 PROJECT = "smoke"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from egress_proxies.devcluster import KubeClient, toolchain
+from egress_proxies import toolchain
+from egress_proxies.devcluster import KubeClient
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from tests.conftest import ClusterHandle
 

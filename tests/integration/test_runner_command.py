@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from egress_proxies.devcluster import toolchain
+from egress_proxies import toolchain
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 
 

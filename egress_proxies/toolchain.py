@@ -1,4 +1,4 @@
-"""Where the dev cluster finds etcd, kube-apiserver, pulumi and squid.
+"""Where the operator and the dev cluster find etcd, kube-apiserver, pulumi and squid.
 
 `tools/build.sh` builds the Go binaries into a cache and links them into one
 bin directory; squid comes from Debian. Nothing here builds anything: a
@@ -11,10 +11,12 @@ import os
 import shutil
 from pathlib import Path
 
+from egress_proxies.errors import EgressProxiesError
+
 SQUID_PATHS = (Path("/usr/sbin/squid"), Path("/usr/local/sbin/squid"))
 
 
-class MissingToolError(RuntimeError):
+class MissingToolError(RuntimeError, EgressProxiesError):
     """A binary the dev cluster needs is not installed."""
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from egress_proxies.devcluster import toolchain
+from egress_proxies import toolchain
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf

@@ -1,0 +1,28 @@
+"""The operator's one exception root: every error it defines derives from it.
+
+    EgressProxiesError
+    ├── ConfigurationError            operator/app.py    bad flags or settings
+    ├── StateDirBusyError             operator/state_dir.py  another operator holds the state dir
+    ├── PeeringError                  operator/peering.py    the peering object cannot be read
+    ├── SweepRefusedError             gc/sweeper.py      the GC will not run half-blind
+    ├── StackOperationError           stacks/runner.py   a pulumi up/destroy/refresh failed
+    ├── PermanentProgramError         stacks/errors.py   (a pulumi.RunError) no use retrying
+    ├── InventoryError                providers/inventory.py  a provider could not be listed
+    ├── CredentialsError              providers/gcp_auth.py   no usable Google credentials
+    ├── kube.ApiError                 kube/client.py     the Kubernetes API answered an error
+    ├── discovery.ApiError            discovery/errors.py  a 4xx/5xx the discovery API answers
+    ├── InvalidTokenSecretError       discovery/auth.py  (a ValueError) unusable token file
+    ├── InvalidTtlError               leases/store.py    (a ValueError) TTL out of range
+    ├── MissingToolError              toolchain.py       a binary is not installed
+    └── dev cluster: StartupError, PodRejectedError, ContainerExitedError
+
+Where a standard base says what kind of error it is (ValueError for bad
+input), the class keeps it as well, so `except ValueError` still works.
+`tests/unit/test_error_root.py` fails if a new exception class skips the root.
+"""
+
+from __future__ import annotations
+
+
+class EgressProxiesError(Exception):
+    """Any error raised by egress-proxies itself (not by a library it calls)."""

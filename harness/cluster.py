@@ -1,0 +1,72 @@
+"""A supervised dev cluster and polling, shared by the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from egress_proxies.devcluster import Credentials, StateLayout
+from egress_proxies.devcluster.processes import Child, spawn
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    """A running dev cluster: where its state lives and how to reach it as admin."""
+
+    layout: StateLayout
+    credentials: Credentials
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (for kopf, kubectl and the pulumi kubernetes provider)."""
+        return self.layout.kubeconfig
+
+
+def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, ClusterHandle]:
+    """`dev-cluster up` as a child that dies with this process; returns once it is ready.
+
+    Raises RuntimeError with the supervisor's log tail when it does not start.
+    """
+    layout = StateLayout(state)
+    supervisor = spawn(
+        "supervisor",
+        [
+            sys.executable,
+            "-m",
+            "egress_proxies.cli",
+            "dev-cluster",
+            "up",
+            "--state-dir",
+            str(state),
+        ],
+        pid_dir=pid_dir,
+        log=state / "supervisor.log",
+    )
+    deadline = time.monotonic() + 180
+    while not layout.ready.exists():
+        if not supervisor.alive() or time.monotonic() > deadline:
+            supervisor.stop()
+            raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
+        time.sleep(0.2)
+    return supervisor, ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[T | None]], timeout: float = 30.0, interval: float = 0.1
+) -> T:
+    """Poll an async predicate until it returns something truthy; return that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
