@@ -25,6 +25,7 @@ from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
+from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
@@ -285,9 +286,9 @@ def read_stack_records(backend: FileBackend) -> list[StackRecord]:
         records.append(
             StackRecord(
                 name=name,
-                uid=outputs.get("proxyUid"),
-                provider=_provider(outputs.get("provider")),
-                instance_id=outputs.get("instanceId"),
+                uid=outputs.get(stack_outputs.PROXY_UID),
+                provider=_provider(outputs.get(stack_outputs.PROVIDER)),
+                instance_id=outputs.get(stack_outputs.INSTANCE_ID),
             )
         )
     return records

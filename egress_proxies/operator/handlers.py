@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import kopf
-import pulumi
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
@@ -49,6 +48,7 @@ from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.status import StatusWriter, status_of
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod
+from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.errors import ErrorClass
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.naming import instance_name, stack_name
@@ -291,7 +291,9 @@ async def _observe(
     c: Components, view: machine.ProxyView, body: Mapping[str, Any]
 ) -> machine.Observed:
     stack = c.runner.state(stack_name(view.namespace, view.name))
-    instance_id = stack.outputs.get("instanceId") if stack is not None else None
+    instance_id = (
+        stack_outputs.text(stack.outputs, stack_outputs.INSTANCE_ID) if stack is not None else None
+    )
     watched = view.spec.provider == ProviderName.KUBERNETES and isinstance(instance_id, str)
     observed = machine.Observed(
         stack=stack,
@@ -412,13 +414,9 @@ async def _up(
     stack = stack_name(view.namespace, view.name)
 
     async def up(inputs: ProgramInputs) -> Mapping[str, Any]:
-        def run() -> None:
-            program(inputs)
-            # Read back by the reconciler (is the stack current?) and the GC (whose is it?).
-            pulumi.export("specHash", wanted_hash)
-            pulumi.export("proxyUid", view.uid)
-            pulumi.export("provider", str(view.spec.provider))
-
+        run = stack_outputs.bind(
+            program, inputs, spec_hash=wanted_hash, provider=str(view.spec.provider)
+        )
         with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
             return await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
 

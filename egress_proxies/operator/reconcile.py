@@ -39,6 +39,7 @@ from egress_proxies.model import (
 )
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import ErrorClass
 
@@ -191,7 +192,7 @@ def _decide_managed(view: ProxyView, observed: Observed, now: str, policy: Retry
     stack = observed.stack
     if (
         stack is not None
-        and stack.outputs.get("specHash") == wanted
+        and stack.outputs.get(stack_outputs.SPEC_HASH) == wanted
         and not stack.pending_operations
         and not observed.instance_missing
     ):
@@ -224,7 +225,7 @@ def _decide_instance(
 ) -> Decision:
     """The stack is current: the Proxy is as ready as its instance."""
     if instance.health == InstanceHealth.READY:
-        status = _with_outputs(view, {**stack.outputs, "ip": instance.ip}, now)
+        status = _with_outputs(view, {**stack.outputs, stack_outputs.IP: instance.ip}, now)
         return Decision(adopt, status, spec_hash=wanted)
     age = _epoch(now) - instance.since
     cause: str | None = None
@@ -243,7 +244,7 @@ def _decide_instance(
         waiting = "waiting for the instance to become ready" + (
             f": {instance.cause}" if instance.cause else ""
         )
-        status = _with_outputs(view, {**stack.outputs, "ip": None}, now)
+        status = _with_outputs(view, {**stack.outputs, stack_outputs.IP: None}, now)
         status = _with_condition(
             status, view.generation, PROVISIONED, ConditionStatus.FALSE, STARTING, waiting, now
         )
@@ -404,12 +405,12 @@ def summarize_error(text: str) -> str:
 
 
 def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> ProxyStatus:
-    ip, port = outputs.get("ip"), outputs.get("port")
+    ip, port = outputs.get(stack_outputs.IP), outputs.get(stack_outputs.PORT)
     status = view.status.model_copy(
         update={
             "ip": ip,
             "port": int(port) if port is not None else None,
-            "instance_id": outputs.get("instanceId"),
+            "instance_id": outputs.get(stack_outputs.INSTANCE_ID),
         }
     )
     if ip:

@@ -44,6 +44,7 @@ import yaml
 
 from egress_proxies.model import ProxySpec
 from egress_proxies.providers.gcp import UID_LABEL_KEY, instance_id
+from egress_proxies.stacks import outputs
 from egress_proxies.stacks.errors import PermanentProgramError
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
@@ -147,9 +148,11 @@ def gce_vm_program(inputs: ProgramInputs) -> None:
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(inputs.port)])],
             opts=pulumi.ResourceOptions(delete_before_replace=True),
         )
-    pulumi.export("ip", instance.network_interfaces.apply(_nat_ip))
-    pulumi.export("instanceId", pulumi.Output.all(instance.zone, instance.name).apply(_instance_id))
-    pulumi.export("port", inputs.port)
+    pulumi.export(outputs.IP, instance.network_interfaces.apply(_nat_ip))
+    pulumi.export(
+        outputs.INSTANCE_ID, pulumi.Output.all(instance.zone, instance.name).apply(_instance_id)
+    )
+    pulumi.export(outputs.PORT, inputs.port)
 
 
 def _network_of(interfaces: Sequence[gcp.compute.outputs.InstanceNetworkInterface]) -> str:

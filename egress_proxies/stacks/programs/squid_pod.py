@@ -34,6 +34,7 @@ from pulumi_kubernetes.core.v1 import ConfigMap, Pod, Secret
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs as _ObjectMetaArgs  # noqa: F401
 
 from egress_proxies.model import UID_LABEL
+from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
 
@@ -82,9 +83,10 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
         metadata={**metadata, "name": pod_name(inputs), "annotations": SKIP_AWAIT},
         spec=pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),
     )
-    pulumi.export("port", inputs.port)
+    pulumi.export(outputs.PORT, inputs.port)
     pulumi.export(
-        "instanceId", pulumi.Output.concat("pods/", inputs.namespace, "/", pod.metadata["name"])
+        outputs.INSTANCE_ID,
+        pulumi.Output.concat("pods/", inputs.namespace, "/", pod.metadata["name"]),
     )
 
 
