@@ -20,6 +20,8 @@ PLURAL = "proxies"
 SHORT_NAME = "px"
 
 UID_LABEL = f"{GROUP}/proxy-uid"
+# Marks the Secret an External Proxy names for its credentials, so watches can select it.
+EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
 CLOUD_INIT_LABEL = f"{GROUP}/cloud-init"
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 FINALIZER = f"{GROUP}/finalizer"

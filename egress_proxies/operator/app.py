@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
@@ -44,7 +45,6 @@ from egress_proxies.leases import (
 )
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
-from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import (
     RECONCILE_REQUEST_ANNOTATION,
     REQUEUE_ANNOTATION,

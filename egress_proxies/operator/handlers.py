@@ -18,9 +18,11 @@ import kopf
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
+from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.kube import ApiError, Credentials, KubeClient
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
+    EXTERNAL_CREDENTIALS_LABEL,
     FINALIZER,
     GROUP,
     HEALTHY,
@@ -42,7 +44,6 @@ from egress_proxies.operator.credentials import (
     delete_credentials,
     ensure_credentials,
 )
-from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.status import StatusWriter, status_of
@@ -63,7 +64,6 @@ CLOUD_INIT_KEY = "user-data"
 CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
 RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
 RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
-EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
 # Touched to make kopf run the update handlers: the pod watch saw the instance
 # change, or a retry is due (see operator/requeue.py).
 INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"

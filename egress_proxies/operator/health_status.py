@@ -21,11 +21,11 @@ from typing import Any, Protocol
 import aiohttp
 
 from egress_proxies.catalog import ProxyKey
+from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.health.clock import Clock, LoopClock
 from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
-from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.reconcile import set_condition
 from egress_proxies.operator.status import Mutation
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from egress_proxies.operator.fleet import Fleet
+from egress_proxies.catalog.fleet import Fleet
 
 
 def test_a_kept_body_drops_managed_fields_and_kopfs_annotations() -> None:

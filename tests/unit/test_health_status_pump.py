@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 
 from egress_proxies.catalog import proxy_key
+from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.health import HealthReport, ManualClock
 from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
-from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.health_status import (
     PAUSED_RECHECK_SECONDS,
     HealthStatusPump,

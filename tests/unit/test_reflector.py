@@ -1,0 +1,201 @@
+"""The list+watch reflector: its pure decisions, and its shell over a scripted client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from egress_proxies.kube import ApiError, JsonObject
+from egress_proxies.kube.reflector import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    Action,
+    Reflector,
+    Step,
+    next_step,
+)
+
+
+def test_a_clean_end_of_a_watch_resumes_it_at_once_and_resets_the_backoff() -> None:
+    assert next_step(None, "42", 8.0) == Step(Action.WATCH, 0.0, INITIAL_BACKOFF)
+
+
+def test_410_gone_relists_at_once() -> None:
+    gone = ApiError(410, "Expired", "too old resource version")
+    assert next_step(gone, "42", 4.0) == Step(Action.LIST, 0.0, 4.0)
+
+
+def test_other_errors_relist_after_a_doubling_bounded_backoff() -> None:
+    error = ApiError(500, "InternalError", "boom")
+    delays = []
+    backoff = INITIAL_BACKOFF
+    for _ in range(10):
+        step = next_step(error, None, backoff)
+        assert step.action is Action.LIST
+        delays.append(step.delay)
+        backoff = step.backoff
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(delays) == MAX_BACKOFF
+    assert next_step(ConnectionResetError(), "7", 1.0) == Step(Action.LIST, 1.0, 2.0)
+
+
+def obj(name: str, version: str) -> JsonObject:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version}}
+
+
+class Recorder:
+    """A sink that keeps the mirrored names."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.replaced = 0
+
+    def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        self.replaced += 1
+        self.names = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in objects}
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        self.names[obj["metadata"]["name"]] = obj["metadata"]["resourceVersion"]
+
+    def remove(self, obj: Mapping[str, Any]) -> None:
+        self.names.pop(obj["metadata"]["name"], None)
+
+
+class ScriptedServer:
+    """Answers lists and watches from scripts, recording each call's resourceVersion."""
+
+    def __init__(
+        self, lists: list[JsonObject | Exception], watches: list[list[JsonObject] | Exception]
+    ) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[tuple[str, str | None]] = []
+        self.done = asyncio.Event()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JsonObject | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> JsonObject:
+        self.calls.append(("list", (params or {}).get("labelSelector")))
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[JsonObject]:
+        self.calls.append(("watch", resource_version))
+        if not self.watches:
+            self.done.set()
+            await asyncio.Event().wait()
+        answer = self.watches.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        for event in answer:
+            yield event
+
+
+def listing(version: str, *items: JsonObject) -> JsonObject:
+    return {"metadata": {"resourceVersion": version}, "items": list(items)}
+
+
+async def run_until_idle(reflector: Reflector, server: ScriptedServer) -> None:
+    task = asyncio.create_task(reflector.run())
+    await asyncio.wait_for(server.done.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_lists_then_watches_from_the_lists_version_and_then_the_last_event() -> None:
+    server = ScriptedServer(
+        [listing("10", obj("a", "9"))],
+        [
+            [
+                {"type": "ADDED", "object": obj("b", "11")},
+                {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+            ],
+            [{"type": "DELETED", "object": obj("a", "16")}],
+        ],
+    )
+    sink = Recorder()
+    reflector = Reflector(server, "/x", sink)
+    await run_until_idle(reflector, server)
+    assert server.calls == [("list", None), ("watch", "10"), ("watch", "15"), ("watch", "16")]
+    assert sink.names == {"b": "11"}
+    assert reflector.synced.is_set()
+    assert reflector.resource_version == "16"
+    assert "synced" in repr(reflector) and "resourceVersion: 16" in repr(reflector)
+
+
+async def test_a_410_error_event_relists_at_once_and_drops_what_vanished() -> None:
+    gone = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "old"}}
+    server = ScriptedServer(
+        [listing("10", obj("a", "9"), obj("b", "9")), listing("30", obj("b", "29"))],
+        [[gone]],
+    )
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    sink = Recorder()
+    reflector = Reflector(server, "/x", sink, sleep=sleep)
+    await run_until_idle(reflector, server)
+    assert server.calls == [("list", None), ("watch", "10"), ("list", None), ("watch", "30")]
+    assert sink.names == {"b": "29"}
+    assert sink.replaced == 2
+    assert sleeps == []
+    assert reflector.errors == 1
+
+
+async def test_errors_back_off_doubling_and_unsynced_until_a_list_succeeds() -> None:
+    server = ScriptedServer(
+        [
+            ApiError(503, "ServiceUnavailable", "down"),
+            ConnectionRefusedError("refused"),
+            ApiError(403, "Forbidden", "no"),
+            listing("5"),
+        ],
+        [],
+    )
+    sleeps: list[float] = []
+    reflector = Reflector(server, "/x", Recorder(), label_selector="a/b", sleep=sleeps_into(sleeps))
+    task = asyncio.create_task(reflector.run())
+    await asyncio.wait_for(server.done.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert server.calls[:4] == [("list", "a/b")] * 4
+    assert reflector.synced.is_set()
+    assert reflector.errors == 3
+
+
+def sleeps_into(sleeps: list[float]) -> Any:
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    return sleep
+
+
+async def test_not_synced_while_the_first_list_fails() -> None:
+    server = ScriptedServer([ApiError(500, "", "x")] * 3 + [listing("1")], [])
+    synced_while_failing: list[bool] = []
+
+    async def sleep(_: float) -> None:
+        synced_while_failing.append(reflector.synced.is_set())
+
+    reflector = Reflector(server, "/x", Recorder(), sleep=sleep)
+    await run_until_idle(reflector, server)
+    assert synced_while_failing == [False, False, False]
+    assert reflector.synced.is_set()
