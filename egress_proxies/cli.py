@@ -179,7 +179,68 @@ def build_parser() -> argparse.ArgumentParser:
         help="no peering: for a cluster without the kopf.dev peering CRDs, where one "
         "operator is guaranteed to run alone",
     )
+    _add_discovery_tier(commands)
     return parser
+
+
+def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tier = commands.add_parser(
+        "discovery", help="serve the discovery + lease API alone (any number of replicas)"
+    )
+    tier.add_argument(
+        "--lease-store",
+        default=os.environ.get("EGRESS_PROXIES_LEASE_STORE"),
+        required="EGRESS_PROXIES_LEASE_STORE" not in os.environ,
+        help="the shared lease store, redis://[user:password@]host:port/db or rediss://... "
+        "($EGRESS_PROXIES_LEASE_STORE)",
+    )
+    tier.add_argument(
+        "--lease-store-prefix",
+        default=os.environ.get("EGRESS_PROXIES_LEASE_STORE_PREFIX", "egress-proxies"),
+        help="the Redis key prefix, the same as the operator's (default egress-proxies)",
+    )
+    tier.add_argument(
+        "--lease-store-timeout",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1")),
+        help="seconds a Redis call may take before the API answers 503 (default 1)",
+    )
+    tier.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=_env_path("KUBECONFIG"),
+        help="default: $KUBECONFIG, else the in-cluster service account",
+    )
+    tier.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_DISCOVERY_PORT", "8090")),
+        help="the API's port (default 8090)",
+    )
+    tier.add_argument(
+        "--host",
+        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_HOST", "0.0.0.0"),
+        help="the address the API binds (default 0.0.0.0)",
+    )
+    tier.add_argument(
+        "--tokens-dir",
+        type=Path,
+        default=_env_path("EGRESS_PROXIES_DISCOVERY_TOKENS_DIR"),
+        help="a mounted Secret: one bearer token per file, re-read on change",
+    )
+    tier.add_argument(
+        "--allow-no-auth",
+        action="store_true",
+        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH") == "true",
+        help="serve without authentication (logged loudly)",
+    )
+    tier.add_argument(
+        "--lease-max-ttl",
+        type=int,
+        default=int(os.environ.get("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600")),
+        help="the longest lease a crawler may ask for, in seconds (default 3600; "
+        "the same on every replica and the operator)",
+    )
 
 
 # (flag, variable, default seconds, meaning): the RetryPolicy, docs/operator.md "Retries".
@@ -265,6 +326,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lease_cooldown_window=args.lease_cooldown,
                 lease_ban_backoff_cap=args.lease_ban_backoff_cap,
                 lease_rate_limit_window=args.lease_rate_limit_cooldown,
+            )
+        )
+    if args.command == "discovery":
+        from egress_proxies.leases import LeaseLimits  # noqa: PLC0415
+        from egress_proxies.tier.app import TierSettings, run_tier  # noqa: PLC0415
+
+        return run_tier(
+            TierSettings(
+                lease_store=args.lease_store,
+                lease_store_prefix=args.lease_store_prefix,
+                lease_store_timeout=args.lease_store_timeout,
+                kubeconfig=args.kubeconfig,
+                host=args.host,
+                port=args.port,
+                tokens_dir=args.tokens_dir,
+                allow_no_auth=args.allow_no_auth,
+                limits=LeaseLimits(max_ttl=args.lease_max_ttl),
             )
         )
     if args.command == "crd":

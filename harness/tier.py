@@ -30,6 +30,7 @@ class DiscoveryProcess:
     token_dir: Path
     log: Path
     pid_dir: Path
+    prefix: str = "egress-proxies"
     port: int = field(default_factory=free_port)
     child: Child | None = None
     starts: int = 0
@@ -38,6 +39,13 @@ class DiscoveryProcess:
     def url(self) -> str:
         """Where it serves."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The running process's id."""
+        if self.child is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self.child.process.pid
 
     def start(self) -> None:
         """Start (or restart) it on the same port."""
@@ -52,6 +60,8 @@ class DiscoveryProcess:
                 "discovery",
                 "--lease-store",
                 self.lease_store,
+                "--lease-store-prefix",
+                self.prefix,
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--host",

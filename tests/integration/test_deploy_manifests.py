@@ -9,6 +9,7 @@ against the toolchain's, and the quickstart script with shellcheck.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import shutil
 import subprocess
@@ -260,3 +261,103 @@ async def test_the_operator_pod_passes_restricted_admission(
         await kube.request("POST", path, params={"dryRun": "All"}, body={**pod, "spec": spec})
     assert refused.value.status == 403
     assert 'violates PodSecurity "restricted' in str(refused.value)
+
+
+def test_the_scale_out_overlay_adds_the_discovery_tier_and_a_trial_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = objects(kustomize(DEPLOY / "scale-out"))
+    base = objects(kustomize(DEPLOY))
+    assert set(built) - set(base) == {
+        ("ServiceAccount", "egress-proxies-discovery"),
+        ("ClusterRole", "egress-proxies-discovery"),
+        ("ClusterRoleBinding", "egress-proxies-discovery"),
+        ("Deployment", "egress-proxies-discovery"),
+        ("PodDisruptionBudget", "egress-proxies-discovery"),
+        ("Service", "egress-proxies-discovery"),
+        ("Deployment", "egress-proxies-redis"),
+        ("Service", "egress-proxies-redis"),
+        ("Secret", "lease-store"),
+    }
+    tier = built[("Deployment", "egress-proxies-discovery")]
+    labels = tier["spec"]["template"]["metadata"]["labels"]
+    assert tier["spec"]["replicas"] == 2
+    pdb = built[("PodDisruptionBudget", "egress-proxies-discovery")]["spec"]
+    assert pdb["minAvailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    service = built[("Service", "egress-proxies-discovery")]["spec"]
+    assert service["selector"].items() <= labels.items()
+    (container,) = tier["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "discovery"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "discovery"}
+    # The container's environment names the store (from the lease-store Secret).
+    monkeypatch.setenv("EGRESS_PROXIES_LEASE_STORE", "redis://egress-proxies-redis:6379/0")
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.port) == ("discovery", 8090)
+    assert args.tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
+    rules = built[("ClusterRole", "egress-proxies-discovery")]["rules"]
+    assert {verb for rule in rules for verb in rule["verbs"]} <= {"get", "list", "watch"}
+    assert {r for rule in rules for r in rule["resources"]} == {"proxies", "secrets"}
+    binding = built[("ClusterRoleBinding", "egress-proxies-discovery")]
+    assert binding["subjects"][0]["name"] == tier["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def test_the_operator_and_the_tier_share_one_lease_store() -> None:
+    built = objects(kustomize(DEPLOY / "scale-out"))
+    store = {"secretKeyRef": {"name": "lease-store", "key": "url"}}
+    for name in ("egress-proxies", "egress-proxies-discovery"):
+        (container,) = built[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
+        env = {item["name"]: item.get("valueFrom") for item in container["env"]}
+        assert env["EGRESS_PROXIES_LEASE_STORE"] == store, name
+    url = base64.b64decode(built[("Secret", "lease-store")]["data"]["url"]).decode()
+    redis = built[("Service", "egress-proxies-redis")]["spec"]
+    assert url == f"redis://egress-proxies-redis:{redis['ports'][0]['port']}/0"
+
+
+async def test_the_api_server_accepts_the_scale_out_overlay_and_its_pods_are_restricted(
+    dev_cluster: ClusterHandle, kube: KubeClient
+) -> None:
+    await operator_namespace(kube)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            str(toolchain.find("kubectl")),
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=deploy-manifests-test",
+            "-f",
+            "-",
+        ],
+        input=kustomize(DEPLOY / "scale-out"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**toolchain.environment_with_tools(), "KUBECONFIG": str(dev_cluster.kubeconfig)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "PodSecurity" not in done.stderr, done.stderr
+    for kind in ("deployment.apps/egress-proxies-discovery", "poddisruptionbudget.policy/"):
+        assert kind in done.stdout
+    built = objects(kustomize(DEPLOY / "scale-out"))
+    for name in ("egress-proxies-discovery", "egress-proxies-redis"):
+        account = built[("Deployment", name)]["spec"]["template"]["spec"].get("serviceAccountName")
+        if account:
+            try:
+                await kube.create(
+                    f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+                    {"metadata": {"name": account}},
+                )
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+        template = built[("Deployment", name)]["spec"]["template"]
+        pod = {
+            "metadata": {"name": f"{name}-check", **template["metadata"]},
+            "spec": template["spec"],
+        }
+        created = await kube.request(
+            "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"}, body=pod
+        )
+        assert created["metadata"]["name"] == f"{name}-check"

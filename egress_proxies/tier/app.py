@@ -1,0 +1,136 @@
+"""The composition root of `egress-proxies discovery`: reflectors, a lease store, the API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.discovery import DEFAULT_PORT, create_app, start
+from egress_proxies.discovery.token_files import TokenDirectory
+from egress_proxies.errors import EgressProxiesError
+from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.kube.reflector import Reflector
+from egress_proxies.leases import (
+    MEMORY,
+    LeaseLimits,
+    LeaseStore,
+    StoreUnavailableError,
+    open_lease_store,
+)
+from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, GROUP, PLURAL, UID_LABEL, VERSION
+from egress_proxies.telemetry.logs import setup_logging
+from egress_proxies.tier.sinks import ProxySink, SecretSink
+
+logger = logging.getLogger(__name__)
+
+PROXIES_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+SECRETS_PATH = "/api/v1/secrets"
+
+
+class TierConfigurationError(ValueError, EgressProxiesError):
+    """The discovery tier cannot start with the settings it was given."""
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    """Everything `egress-proxies discovery` can be told."""
+
+    lease_store: str
+    kubeconfig: Path | None = None
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    tokens_dir: Path | None = None
+    allow_no_auth: bool = False
+    lease_store_prefix: str = "egress-proxies"
+    lease_store_timeout: float = 1.0
+    limits: LeaseLimits = field(default_factory=LeaseLimits)
+
+
+class DiscoveryTier:
+    """The fleet reflected from the API server, the shared store, and the API over both."""
+
+    def __init__(self, settings: TierSettings, client: KubeClient, store: LeaseStore) -> None:
+        self.settings = settings
+        self.fleet = Fleet()
+        self.store = store
+        self.reflectors: Sequence[Reflector] = (
+            Reflector(client, PROXIES_PATH, ProxySink(self.fleet)),
+            *(
+                Reflector(client, SECRETS_PATH, SecretSink(self.fleet), label_selector=label)
+                for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL)
+            ),
+        )
+
+    def __repr__(self) -> str:
+        reflectors = ", ".join(repr(r) for r in self.reflectors)
+        return f"<DiscoveryTier {self.fleet!r} {self.store!r} [{reflectors}]>"
+
+    async def not_ready(self) -> str | None:
+        """Why the tier should get no traffic now (the /readyz check), or None."""
+        if not all(reflector.synced.is_set() for reflector in self.reflectors):
+            return "the fleet is not synced from the API server yet"
+        try:
+            await self.store.ping()
+        except StoreUnavailableError:
+            return "the lease store is unreachable"
+        return None
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Reflect and serve until `stop` is set."""
+        tokens_dir = self.settings.tokens_dir
+        app = create_app(
+            self.fleet,
+            self.store,
+            TokenDirectory(tokens_dir) if tokens_dir else frozenset,
+            allow_no_auth=self.settings.allow_no_auth,
+            readiness=self.not_ready,
+        )
+        tasks = [asyncio.create_task(reflector.run()) for reflector in self.reflectors]
+        runner = await start(app, self.settings.host, self.settings.port)
+        logger.info("discovery tier on %s:%d", self.settings.host, self.settings.port)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def run_tier(settings: TierSettings) -> int:
+    """Run the discovery tier until SIGINT or SIGTERM; the process exit code."""
+    setup_logging(os.environ)
+    try:
+        store = open_lease_store(
+            settings.lease_store,
+            prefix=settings.lease_store_prefix,
+            timeout=settings.lease_store_timeout,
+            limits=settings.limits,
+        )
+    except ValueError as error:
+        raise TierConfigurationError(str(error)) from error
+    if settings.lease_store == MEMORY:
+        logger.warning(
+            "--lease-store memory: this replica's leases are its own; replicas will hand "
+            "the same exclusive proxy to several crawlers (use a redis:// URL)"
+        )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with KubeClient(Credentials.load(settings.kubeconfig)) as client:
+            try:
+                await DiscoveryTier(settings, client, store).serve(stop)
+            finally:
+                await store.close()
+
+    asyncio.run(main())
+    return 0
