@@ -53,7 +53,7 @@ from prometheus_client import CollectorRegistry
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import MemoryLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
@@ -136,7 +136,7 @@ async def _serve(conn: Connection, tokens_dir: Path) -> None:
     trivial_app.router.add_get("/", trivial)
     apps = {"trivial": trivial_app}
     for size in FLEET_SIZES:
-        store = LeaseStore()
+        store = MemoryLeaseStore()
         app = create_app(
             FixedCatalog(fleet(size)),
             store,
