@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -26,6 +26,7 @@ def create_app(
     *,
     metrics: LeaseRequestRecorder | None = None,
     allow_no_auth: bool = False,
+    synced: Callable[[], bool] = lambda: True,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The discovery API over `catalog` and `store`.
@@ -33,11 +34,15 @@ def create_app(
     `tokens` is called on every request, so a rotated Secret applies at once.
     With no tokens every request except /healthz, /readyz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
+    `synced` says whether `catalog` holds the fleet yet (the separate tier's
+    watch); /readyz is 503 not_synced until it does.
     `middlewares` run outermost (tracing).
     """
     auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
     auth.refresh()
-    handlers = Handlers(IndexedCatalog(catalog), store, metrics, render_openapi(store.max_ttl))
+    handlers = Handlers(
+        IndexedCatalog(catalog), store, metrics, render_openapi(store.max_ttl), synced
+    )
     app = web.Application(
         middlewares=[*middlewares, json_errors, auth.middleware()],
         client_max_size=MAX_BODY_BYTES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -62,11 +62,13 @@ class Handlers:
         store: LeaseStore,
         metrics: LeaseRequestRecorder | None,
         openapi_json: str,
+        synced: Callable[[], bool],
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._metrics = metrics
         self._openapi_json = openapi_json
+        self._synced = synced
         self._granted = GrantedBodies()
 
     async def health(self, _: web.Request) -> web.Response:
@@ -74,7 +76,14 @@ class Handlers:
         return json_response(_HEALTH_BODY)
 
     async def ready(self, _: web.Request) -> web.Response:
-        """GET /readyz: 200 while the lease store answers, else 503 store_unavailable."""
+        """GET /readyz: 200 once the fleet is synced and while the lease store answers."""
+        if not self._synced():
+            raise ApiError(
+                503,
+                "not_synced",
+                "the fleet has not been listed from the API server yet",
+                {"Retry-After": "1"},
+            )
         await self._store.ping()
         return json_response(_HEALTH_BODY)
 

@@ -75,11 +75,15 @@ def _paths() -> JsonObject:
         "/readyz": {
             "get": {
                 "operationId": "ready",
-                "summary": "Readiness: the lease store answers; needs no token.",
+                "summary": "Readiness: the fleet is synced and the lease store answers; "
+                "needs no token.",
                 "security": [],
                 "responses": {
                     "200": _json("Ready.", _ref("Health")),
-                    "503": _error("The lease store does not answer (store_unavailable)."),
+                    "503": _error(
+                        "The lease store does not answer (store_unavailable), or the "
+                        "separate discovery tier has not listed the fleet yet (not_synced)."
+                    ),
                     "default": _OTHER,
                 },
             }

@@ -16,13 +16,8 @@ from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.kube.reflector import Reflector
-from egress_proxies.leases import (
-    MEMORY,
-    LeaseLimits,
-    LeaseStore,
-    StoreUnavailableError,
-    open_lease_store,
-)
+from egress_proxies.leases import LeaseLimits, LeaseStore, open_lease_store
+from egress_proxies.leases.opening import MEMORY
 from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, GROUP, PLURAL, UID_LABEL, VERSION
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.tier.sinks import ProxySink, SecretSink
@@ -71,15 +66,9 @@ class DiscoveryTier:
         reflectors = ", ".join(repr(r) for r in self.reflectors)
         return f"<DiscoveryTier {self.fleet!r} {self.store!r} [{reflectors}]>"
 
-    async def not_ready(self) -> str | None:
-        """Why the tier should get no traffic now (the /readyz check), or None."""
-        if not all(reflector.synced.is_set() for reflector in self.reflectors):
-            return "the fleet is not synced from the API server yet"
-        try:
-            await self.store.ping()
-        except StoreUnavailableError:
-            return "the lease store is unreachable"
-        return None
+    def synced(self) -> bool:
+        """Every reflector has listed once (the fleet is whole); /readyz is 503 until then."""
+        return all(reflector.synced.is_set() for reflector in self.reflectors)
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Reflect and serve until `stop` is set."""
@@ -89,7 +78,7 @@ class DiscoveryTier:
             self.store,
             TokenDirectory(tokens_dir) if tokens_dir else frozenset,
             allow_no_auth=self.settings.allow_no_auth,
-            readiness=self.not_ready,
+            synced=self.synced,
         )
         tasks = [asyncio.create_task(reflector.run()) for reflector in self.reflectors]
         runner = await start(app, self.settings.host, self.settings.port)

@@ -68,10 +68,12 @@ class ScriptedServer:
     """Answers lists and watches from scripts, recording each call's resourceVersion."""
 
     def __init__(
-        self, lists: list[JsonObject | Exception], watches: list[list[JsonObject] | Exception]
+        self,
+        lists: Sequence[JsonObject | Exception],
+        watches: Sequence[list[JsonObject] | Exception],
     ) -> None:
-        self.lists = lists
-        self.watches = watches
+        self.lists = list(lists)
+        self.watches = list(watches)
         self.calls: list[tuple[str, str | None]] = []
         self.done = asyncio.Event()
 
