@@ -31,6 +31,7 @@ class DiscoveryProcess:
     log: Path
     pid_dir: Path
     prefix: str = "egress-proxies"
+    store_timeout: float = 1.0
     port: int = field(default_factory=free_port)
     child: Child | None = None
     starts: int = 0
@@ -62,6 +63,8 @@ class DiscoveryProcess:
                 self.lease_store,
                 "--lease-store-prefix",
                 self.prefix,
+                "--lease-store-timeout",
+                str(self.store_timeout),
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--host",
@@ -107,7 +110,9 @@ class DiscoveryProcess:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
-def external_proxy(name: str, port: int, max_leases: int = 1) -> dict[str, Any]:
+def external_proxy(
+    name: str, port: int, max_leases: int = 1, attributes: dict[str, str] | None = None
+) -> dict[str, Any]:
     """An External Proxy at 127.0.0.1:port."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -117,6 +122,7 @@ def external_proxy(name: str, port: int, max_leases: int = 1) -> dict[str, Any]:
             "mode": "External",
             "endpoint": {"host": "127.0.0.1", "port": port},
             "maxLeases": max_leases,
+            "attributes": attributes or {},
         },
     }
 
