@@ -46,7 +46,7 @@ async def commands_sent(server: RedisServer, action: Callable[[], Awaitable[obje
             collecting = asyncio.create_task(collect())
             await asyncio.sleep(0.1)
             await action()
-            await marker.execute_command("PING", "window")
+            await marker.execute_command("PING", "window")  # type: ignore[no-untyped-call]
             await asyncio.wait_for(collecting, 5)
     return seen
 
@@ -64,14 +64,15 @@ async def test_one_round_trip_per_acquire_and_per_release(
     candidates = CandidatePool.of([record(f"p{i}", max_leases=2) for i in range(50)])
     warm = await store.acquire(candidates, "t.example", 60)  # connects, loads the scripts
     assert isinstance(warm, Lease)
-    lease: list[Lease | NoMatch] = []
+    lease: list[Lease] = []
 
     async def acquire() -> None:
-        lease.append(await store.acquire(candidates, "t.example", 60))
+        outcome = await store.acquire(candidates, "t.example", 60)
+        assert isinstance(outcome, Lease)
+        lease.append(outcome)
 
     sent = await commands_sent(redis_server, acquire)
     assert sent == ["EVALSHA"], sent
-    assert isinstance(lease[0], Lease)
     sent = await commands_sent(redis_server, lambda: store.release(lease[0].lease_id))
     assert sent == ["EVALSHA"], sent
     print(f"round trips: acquire 1 ({sent}), release 1")
