@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -23,32 +22,6 @@ from egress_proxies.leases import (
 )
 from harness.redis import RedisServer
 from tests.integration.discovery_helpers import record
-
-
-async def commands_sent(server: RedisServer, action: Callable[[], Awaitable[object]]) -> list[str]:
-    """The commands clients (not Lua scripts) sent while `action` ran, seen by MONITOR."""
-    seen: list[str] = []
-    async with (
-        Redis.from_url(server.url, decode_responses=True) as watcher,
-        Redis.from_url(server.url) as marker,
-    ):
-        await marker.ping()  # connected before the window opens
-        async with watcher.monitor() as monitor:
-
-            async def collect() -> None:
-                while True:
-                    info = await monitor.next_command()
-                    if info["command"] == "PING window":
-                        return
-                    if info["client_type"] != "lua":
-                        seen.append(info["command"].split(" ", 1)[0])
-
-            collecting = asyncio.create_task(collect())
-            await asyncio.sleep(0.1)
-            await action()
-            await marker.execute_command("PING", "window")  # type: ignore[no-untyped-call]
-            await asyncio.wait_for(collecting, 5)
-    return seen
 
 
 @pytest.fixture
@@ -71,9 +44,9 @@ async def test_one_round_trip_per_acquire_and_per_release(
         assert isinstance(outcome, Lease)
         lease.append(outcome)
 
-    sent = await commands_sent(redis_server, acquire)
+    sent = await redis_server.commands_sent(acquire)
     assert sent == ["EVALSHA"], sent
-    sent = await commands_sent(redis_server, lambda: store.release(lease[0].lease_id))
+    sent = await redis_server.commands_sent(lambda: store.release(lease[0].lease_id))
     assert sent == ["EVALSHA"], sent
     print(f"round trips: acquire 1 ({sent}), release 1")
 
