@@ -11,6 +11,7 @@ to this process (`setpriv --pdeathsig`) so a killed test run leaves nothing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -18,8 +19,11 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
+
+from redis.asyncio import Redis
 
 from egress_proxies import toolchain
 from egress_proxies.devcluster.processes import Child, spawn
@@ -117,9 +121,39 @@ class RedisServer:
         self.stop()
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far, from /proc."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def _signal(self, sig: signal.Signals) -> None:
         if self._child is not None and self._child.alive():
             os.killpg(self._child.process.pid, sig)
+
+    async def commands_sent(self, action: Callable[[], Awaitable[object]]) -> list[str]:
+        """The command names clients (not Lua scripts) sent while `action` ran (MONITOR)."""
+        seen: list[str] = []
+        async with (
+            Redis.from_url(self.url, decode_responses=True) as watcher,
+            Redis.from_url(self.url) as marker,
+        ):
+            await marker.ping()  # connected before the window opens
+            async with watcher.monitor() as monitor:
+
+                async def collect() -> None:
+                    while True:
+                        info = await monitor.next_command()
+                        if info["command"] == "PING window":
+                            return
+                        if info["client_type"] != "lua":
+                            seen.append(info["command"].split(" ", 1)[0])
+
+                collecting = asyncio.create_task(collect())
+                await asyncio.sleep(0.1)
+                await action()
+                await marker.execute_command("PING", "window")  # type: ignore[no-untyped-call]
+                await asyncio.wait_for(collecting, 10)
+        return seen
 
     def _answers(self) -> bool:
         # RESP inline PING; with a password the server answers -NOAUTH, which is an answer.

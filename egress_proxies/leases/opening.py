@@ -9,7 +9,6 @@ from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.redis_store import RedisLeaseStore
 from egress_proxies.leases.store import Clock, LeaseStore
-from egress_proxies.leases.urls import redact_url
 
 MEMORY = "memory"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -27,7 +26,7 @@ def open_lease_store(
 ) -> LeaseStore:
     """The store `url` names: memory for None or "memory", Redis for redis://, rediss://, unix://.
 
-    ValueError for any other URL (the password never appears in the message).
+    ValueError for any other URL (naming only its scheme: the rest may hold a password).
     Opening connects to nothing: a Redis store connects on first use.
     """
     limits = limits or LeaseLimits()
@@ -36,7 +35,7 @@ def open_lease_store(
     scheme = urlsplit(url).scheme
     if scheme not in REDIS_SCHEMES:
         raise ValueError(
-            f"lease store {redact_url(url)!r}: expected 'memory' or a "
+            f"lease store scheme {scheme or url[:12]!r}: expected 'memory' or a "
             "redis://, rediss:// or unix:// URL"
         )
     if timeout <= 0:

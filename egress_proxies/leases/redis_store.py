@@ -3,9 +3,12 @@
 Each operation is ONE round trip: an EVALSHA of a Lua script (leases/lua/*.lua,
 each prefixed with common.lua) that first ends what the caller's clock says is
 over and then does the whole decision atomically inside Redis. Selector
-matching and health stay in Python (the fleet index); the acquire script gets
-the ranked offerable candidates with their capacities and does capacity,
-cooldowns, the ban-storm pause, "fewest leases" and the 409 counts.
+matching and health stay in Python (the fleet index); each pool of ranked
+offerable candidates with their capacities is uploaded to Redis once, under a
+digest of its content (an acquire naming an unknown digest is answered "upload
+it", the only case with more round trips), and the acquire script walks it only
+as far as the first idle proxy, doing capacity, cooldowns, the ban-storm pause,
+"fewest leases" and the 409 counts.
 A NOSCRIPT reply (Redis restarted or flushed its script cache) reloads the
 scripts and retries once. Any connection error or timeout becomes
 StoreUnavailableError: nothing hangs past `timeout`.
@@ -48,7 +51,7 @@ from egress_proxies.leases.urls import redact_url
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
 MAX_CONNECTIONS = 64
-SCRIPTS = ("acquire", "release", "renew", "report", "forget", "counts")
+SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts")
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -142,8 +145,7 @@ class RedisLeaseStore:
         args = self._pool_args(pool)
         now = self._clock()
         lease_id = new_lease_id()
-        reply = await self._run(
-            "acquire",
+        acquire = (
             repr(now),
             str(ttl_seconds),
             target or "",
@@ -152,8 +154,12 @@ class RedisLeaseStore:
             str(pool.considered),
             self._window,
             self._pool_ttl_ms,
-            *args.flat,
         )
+        reply = await self._run("acquire", *acquire)
+        if reply[0] == 2:
+            # First use of this pool (or it expired): upload it, then ask again.
+            await self._run("pool", args.digest, self._pool_ttl_ms, *args.flat)
+            reply = await self._run("acquire", *acquire)
         if reply[0] == 1:
             return Lease(
                 lease_id,
@@ -287,9 +293,11 @@ class RedisLeaseStore:
         flat: list[str] = []
         for record in pool.ranked:
             flat += (record.key, str(record.max_leases))
-        digest = hashlib.sha1(
-            "\n".join(pool.ranked_keys).encode(), usedforsecurity=False
-        ).hexdigest()
+        digest = (
+            hashlib.sha1("\n".join(flat).encode(), usedforsecurity=False).hexdigest()
+            if flat
+            else ""
+        )
         args = self._pools[id(pool)] = _PoolArgs(pool, digest, tuple(flat))
         return args
 

@@ -344,3 +344,21 @@ async def test_an_idle_proxy_cooling_for_the_target_is_passed_over(store: LeaseS
     assert granted(await store.acquire(candidates, "site", 60)).proxy.name == "idle"
     assert granted(await store.acquire(candidates, "site", 60)).proxy.name == "shared"
     assert granted(await store.acquire(candidates, "other", 60)).proxy.name == "banned"
+
+
+async def test_a_ban_storm_pauses_the_target_for_the_whole_pool(make_store: MakeStore) -> None:
+    store = make_store(storm_share=0.5, storm_window=60, storm_pause=120)
+    candidates = pool(*(record(f"s{index}") for index in range(4)))
+    pauses = []
+    for _ in range(3):
+        lease = granted(await store.acquire(candidates, "shop.example", 60))
+        outcome = await report(store, lease.lease_id, ReportResult.BANNED)
+        assert outcome is not None
+        pauses.append(outcome.paused_until)
+        await store.release(lease.lease_id)
+    assert pauses[:2] == [None, None], "two of four banned is not more than half"
+    assert pauses[2] is not None
+    no_match = refused(await store.acquire(candidates, "shop.example", 60))
+    assert no_match.target_paused and no_match.in_cooldown == 4
+    granted(await store.acquire(candidates, "other.example", 60))
+    assert (await store.counts()).paused_targets == 1

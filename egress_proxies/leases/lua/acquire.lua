@@ -1,44 +1,52 @@
--- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest, pool size,
--- cooldown window, pool ttl (ms), then key, capacity pairs in rank order (latency, key).
--- Returns {1, winner index, expires at} or {0, at capacity, in cooldown, free at|"", paused}.
+-- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest ("" for an empty
+-- pool), pool size, cooldown window, pool ttl (ms).
+-- Returns {1, winner index, expires at}, {0, at capacity, in cooldown, free at|"", paused},
+-- or {2} when the pool is not in Redis yet (upload it with pool.lua, then ask again).
 local now, ttl, target, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local digest, pool_size, window, pool_ttl = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 end_due(now, window)
-local first = 9
-local n = (#ARGV - first + 1) / 2
-local keys = {}
-for i = 1, n do keys[i] = ARGV[first + 2 * (i - 1)] end
--- Lua's unpack() is bounded by its C stack: large pools go in chunks.
-local CHUNK = 4000
-local function each_chunk(fn)
-  for from = 1, n, CHUNK do fn(from, math.min(from + CHUNK - 1, n)) end
+-- The pool's ranked key, capacity list lives in Redis (uploaded once by pool.lua):
+-- an acquire sends no candidate list, and reads only as far as the first idle proxy.
+local list = B .. 'pool:' .. digest
+if digest ~= '' and redis.call('EXISTS', list) == 0 then return {2} end
+local CHUNK = 64
+local keys, capacities, counts = {}, {}, {}
+local n = 0
+local function load_more()
+  if digest == '' then return false end
+  local got = redis.call('LRANGE', list, 2 * n, 2 * (n + CHUNK) - 1)
+  if #got == 0 then return false end
+  local chunk = {}
+  for i = 1, #got, 2 do
+    n = n + 1
+    keys[n], capacities[n] = got[i], tonumber(got[i + 1])
+    chunk[#chunk + 1] = got[i]
+  end
+  local held = redis.call('HMGET', B .. 'held', unpack(chunk))
+  for i = 1, #held do counts[n - #held + i] = tonumber(held[i]) or 0 end
+  return true
 end
-local counts = {}
-each_chunk(function(from, to)
-  local got = redis.call('HMGET', B .. 'held', unpack(keys, from, to))
-  for i = 1, #got do counts[from + i - 1] = got[i] end
-end)
 local paused = paused_until(target, now)
 local winner, winner_count = nil, 0
 local at_capacity, in_cooldown = 0, 0
-for i = 1, n do
-  local count = tonumber(counts[i]) or 0
-  local capacity = tonumber(ARGV[first + 2 * (i - 1) + 1])
-  if count >= capacity then
+local i = 0
+while winner_count > 0 or winner == nil do
+  i = i + 1
+  if i > n and not load_more() then break end
+  local count = counts[i]
+  if count >= capacities[i] then
     at_capacity = at_capacity + 1
   elseif paused or cooling_until(keys[i], target, now) then
     in_cooldown = in_cooldown + 1
   elseif winner == nil or count < winner_count then
     winner, winner_count = i, count
-    if count == 0 then break end
   end
 end
 if winner == nil then
   local earliest = nil
   for i = 1, n do
     local free_at = now
-    local capacity = tonumber(ARGV[first + 2 * (i - 1) + 1])
-    if (tonumber(counts[i]) or 0) >= capacity then
+    if counts[i] >= capacities[i] then
       local soonest = redis.call('ZRANGE', B .. 'holders:' .. keys[i], 0, 0, 'WITHSCORES')
       if #soonest > 0 then free_at = tonumber(soonest[2]) end
     end
@@ -59,8 +67,6 @@ redis.call('HSET', B .. 'lease:' .. id, 'k', key, 't', target, 'l', ARGV[2], 'e'
 redis.call('ZADD', B .. 'exp', fmt(expires_at), id)
 redis.call('ZADD', B .. 'holders:' .. key, fmt(expires_at), id)
 redis.call('HINCRBY', B .. 'held', key, 1)
-if redis.call('EXISTS', B .. 'pool:' .. digest) == 0 then
-  each_chunk(function(from, to) redis.call('SADD', B .. 'pool:' .. digest, unpack(keys, from, to)) end)
-end
-redis.call('PEXPIRE', B .. 'pool:' .. digest, pool_ttl)
+redis.call('PEXPIRE', list, pool_ttl)
+redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)
 return {1, winner, fmt(expires_at)}

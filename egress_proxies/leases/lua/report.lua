@@ -66,7 +66,7 @@ if result == 'banned' and resolved ~= '' then
   redis.call('ZREMRANGEBYSCORE', bans, '-inf', fmt(now - storm_window))
   redis.call('PEXPIRE', bans, math.ceil(storm_window * 1000))
   if not paused_until(resolved, now) then
-    local pool = B .. 'pool:' .. lease.p
+    local pool = B .. 'poolset:' .. lease.p
     local banned = 0
     for _, k in ipairs(redis.call('ZRANGE', bans, 0, -1)) do
       if redis.call('SISMEMBER', pool, k) == 1 then banned = banned + 1 end
