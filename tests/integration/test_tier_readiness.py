@@ -1,0 +1,24 @@
+"""/readyz of the separate tier: 503 not_synced until the fleet is listed, then 200."""
+
+from __future__ import annotations
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.discovery import create_app
+from egress_proxies.leases import MemoryLeaseStore
+
+
+async def test_readyz_is_503_not_synced_until_the_fleet_is_listed() -> None:
+    synced = False
+    app = create_app(Fleet(), MemoryLeaseStore(), frozenset, synced=lambda: synced)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/readyz")
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "1"
+        assert (await response.json())["error"] == "not_synced"
+        assert (await client.get("/healthz")).status == 200
+        synced = True
+        response = await client.get("/readyz")
+        assert response.status == 200
+        assert await response.json() == {"status": "ok"}
