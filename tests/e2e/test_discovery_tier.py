@@ -208,17 +208,21 @@ async def test_leases_and_cooldowns_survive_a_discovery_restart(
             status, body = await acquire(http, restarted.url, headers, namespace)
             assert status == 201, body
             held[body["proxy"]["name"]] = body["leaseId"]
-        cooled: set[str] = set()
+        # Three more held at once (so three different proxies), banned for the target, released.
+        banned = []
         for _ in range(3):
             status, body = await acquire(http, restarted.url, headers, namespace)
             assert status == 201, body
+            banned.append(body)
+        for body in banned:
             report = {"result": "banned", "target": target, "reason": "http_403"}
             path = f"{restarted.url}/v1/leases/{body['leaseId']}"
             async with http.post(f"{path}/report", json=report, headers=headers) as r:
                 assert r.status == 204, await r.text()
             async with http.delete(path, headers=headers) as r:
                 assert r.status == 204
-            cooled.add(body["proxy"]["name"])
+        cooled = {body["proxy"]["name"] for body in banned}
+        assert len(held) == 10 and len(cooled) == 3 and not cooled & set(held)
 
         restarted.stop()
         restarted.start()
@@ -232,16 +236,24 @@ async def test_leases_and_cooldowns_survive_a_discovery_restart(
             }
         assert {name for name, active in listed.items() if active} == set(held)
 
-        granted_for_target: set[str] = set()
+        granted_for_target: list[str] = []
         for i in range(FLEET):
             url = (restarted if i % 2 else other).url
             status, body = await acquire(http, url, headers, namespace, target)
             if status == 409:
                 break
             assert status == 201, body
-            granted_for_target.add(body["proxy"]["name"])
+            granted_for_target.append(body["proxy"]["name"])
+        assert len(granted_for_target) == len(set(granted_for_target))
         assert len(granted_for_target) == FLEET - len(held) - len(cooled)
-        assert not granted_for_target & (set(held) | cooled)
+        assert not set(granted_for_target) & (set(held) | cooled)
+        # Only that target is blocked: another one gets exactly the three cooled proxies.
+        rest = set()
+        for _ in range(3):
+            status, body = await acquire(http, restarted.url, headers, namespace, "other.example")
+            assert status == 201, body
+            rest.add(body["proxy"]["name"])
+        assert rest == cooled
 
         # And the leases granted before the restart still renew on the restarted replica.
         lease_id = next(iter(held.values()))
