@@ -1,7 +1,8 @@
 """Demand autoscaling as a pure decision: from the pool's demand, the replica count it needs.
 
 Up by `scaleUpStep` when utilization (active leases ÷ capacity of the Ready
-members) reaches the target or lease requests wait at capacity, but only
+members) reaches the target, or lease requests waited at capacity and no
+lease is free now (a free one answers them), but only
 once the previous step is Ready (no stacking steps on capacity still
 starting). Down, after `scaleDownDelay` of continuous low use, straight to
 `max(minReplicas, busy members + minIdle)`. Any demand in between resets the
@@ -55,7 +56,11 @@ def decide(policy: Autoscale, seen: ScaleInput) -> ScaleDecision:
         return ScaleDecision(bounded, UP if bounded > seen.replicas else DOWN, "within bounds")
     utilization = utilization_percent(seen.demand)
     waiting = seen.demand.waiting_per_minute
-    if waiting >= policy.scale_up_on_waiting or utilization >= policy.target_utilization_percent:
+    # Requests that waited count only while no lease is free: a free one answers them.
+    full = seen.demand.active_leases >= seen.demand.capacity
+    if (full and waiting >= policy.scale_up_on_waiting) or (
+        utilization >= policy.target_utilization_percent
+    ):
         why = f"utilization {utilization:.0f}%, {waiting} lease requests waiting per minute"
         if seen.replicas >= policy.max_replicas:
             return ScaleDecision(seen.replicas, limited=AT_MAX, message=why)

@@ -473,7 +473,7 @@ async def test_demand_grows_the_pool_to_max_and_idleness_shrinks_it_back(env: En
     await env.wait_status("auto", timeout=120, replicas=1, readyReplicas=1)
     shrunk_after = time.monotonic() - released_at
     print(f"back to 1 replica {shrunk_after:.1f}s after the release")
-    assert shrunk_after >= 10
+    assert 10 <= shrunk_after < 40
     await asyncio.sleep(5)  # no decision follows once it settled
     counts: dict[str, int] = {}
     for event in await env.events("auto"):

@@ -44,8 +44,11 @@ def test_full_utilization_scales_up_by_a_step() -> None:
     assert "utilization 100%" in decision.message
 
 
-def test_waiting_requests_scale_up_even_with_spare_capacity_reported() -> None:
-    assert decide(POLICY, seen(2, 1, 2, waiting=2)).replicas == 3
+def test_waiting_requests_scale_up_below_the_target_utilization() -> None:
+    lenient = POLICY.model_copy(update={"target_utilization_percent": 100})
+    assert decide(lenient, seen(2, 2, 3, waiting=5)).replicas == 2  # a lease is free: no step
+    assert decide(lenient, seen(2, 2, 2, waiting=2)).replicas == 3  # none free, two waited
+    assert decide(lenient, seen(1, 0, 0, waiting=2)).replicas == 2  # nothing Ready yet
 
 
 def test_no_new_step_while_the_last_one_is_starting() -> None:
