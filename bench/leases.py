@@ -17,7 +17,13 @@ that the server and not the load generator is what gets measured. From that one 
 - p99 lease latency at 1,000 proxies as the clients see it (target ≤ 10 ms),
   beside the trivial handler's p99 under the same 64 clients (queueing on one
   event loop bounds both) and the lease handler's p99 inside the server;
-- pairs/s at 10,000 proxies ÷ at 100 (target ≥ 0.7).
+- pairs/s at 10,000 proxies ÷ at 100 (target ≥ 0.7);
+- pairs/s with the Redis lease store ÷ the memory store, both over 1,000
+  proxies in the same server process (target ≥ 0.6), against a real
+  redis-server started here on loopback; beside it the CPU per pair of the
+  server process and of redis-server;
+- round trips to Redis per acquire and per release (target 1 each), counted
+  with MONITOR over a separate batch of pairs.
 
 Each ratio is given twice: from wall-clock throughput, and from the server
 process's CPU time per request or pair, which a busy machine disturbs far less.
@@ -53,12 +59,15 @@ from prometheus_client import CollectorRegistry
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
+from harness.redis import RedisServer
 
 FLEET_SIZES = (100, 1_000, 10_000)
+REDIS = "redis"  # the 1,000-proxy app over the Redis store
+ROUND_TRIP_PAIRS = 50
 TOKEN = "bench-token-0123456789abcdef"
 LEASE_BODY = json.dumps(
     {"selector": {"pool": "bench"}, "ttlSeconds": 300, "target": "example.com"}
@@ -97,7 +106,7 @@ class FixedCatalog:
         return self.snapshot
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, redis_url: str) -> None:
     """Child process: serve every app on its own port; report CPU and lease handler times.
 
     Commands: "cpu" (process CPU seconds), "handler-times" (and clear them),
@@ -105,7 +114,7 @@ def serve(conn: Connection) -> None:
     """
     with tempfile.TemporaryDirectory() as tokens_dir:
         (Path(tokens_dir) / "bench").write_text(TOKEN)
-        asyncio.run(_serve(conn, Path(tokens_dir)))
+        asyncio.run(_serve(conn, Path(tokens_dir), redis_url))
 
 
 def profile_report(profile: cProfile.Profile, top: int) -> str:
@@ -117,7 +126,7 @@ def profile_report(profile: cProfile.Profile, top: int) -> str:
     return out.getvalue()
 
 
-async def _serve(conn: Connection, tokens_dir: Path) -> None:
+async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
     handler_seconds: list[float] = []
 
     @web.middleware
@@ -135,16 +144,19 @@ async def _serve(conn: Connection, tokens_dir: Path) -> None:
     trivial_app = web.Application()
     trivial_app.router.add_get("/", trivial)
     apps = {"trivial": trivial_app}
-    for size in FLEET_SIZES:
-        store = LeaseStore()
+    stores: dict[str, LeaseStore] = {str(size): MemoryLeaseStore() for size in FLEET_SIZES}
+    stores[REDIS] = RedisLeaseStore(redis_url, prefix="bench", timeout=1.0)
+    for name, store in stores.items():
+        size = 1_000 if name == REDIS else int(name)
         app = create_app(
             FixedCatalog(fleet(size)),
             store,
             TokenDirectory(tokens_dir),
             metrics=LeaseMetrics(CollectorRegistry(), store),
         )
-        app.middlewares.append(time_leases)
-        apps[str(size)] = app
+        if name != REDIS:
+            app.middlewares.append(time_leases)
+        apps[name] = app
     ports: dict[str, int] = {}
     runners = []
     for name, app in apps.items():
@@ -172,6 +184,8 @@ async def _serve(conn: Connection, tokens_dir: Path) -> None:
             handler_seconds.clear()
     for runner in runners:
         await runner.cleanup()
+    for store in stores.values():
+        await store.close()
 
 
 class Client:
@@ -274,10 +288,14 @@ class Scenario:
         return statistics.median(self.cpu_per_unit)
 
 
-def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -> None:
+def measure(
+    ports: dict[str, int], conn: Connection, args: argparse.Namespace, redis: RedisServer
+) -> None:
     """Warm up, run the rounds, print the results."""
     trivial = Scenario([], [])
     pairs = {size: Scenario([], []) for size in FLEET_SIZES}
+    on_redis = Scenario([], [])
+    redis_cpu: list[float] = []
     trivial_latency: list[float] = []
     lease_latency: list[float] = []
 
@@ -297,6 +315,7 @@ def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -
         await run_clients(ports["trivial"], args.clients, 5, trivial_get([]))
         for size in FLEET_SIZES:
             await run_clients(ports[str(size)], args.clients, 5, lease_and_release([]))
+        await run_clients(ports[REDIS], args.clients, 5, lease_and_release([]))
         conn.send("handler-times")
         conn.recv()
         for _ in range(args.rounds):
@@ -304,11 +323,22 @@ def measure(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -
             for size in FLEET_SIZES:
                 latencies = lease_latency if size == 1_000 else []
                 await run(pairs[size], ports[str(size)], args.pairs, lease_and_release(latencies))
+            before = redis.cpu_seconds()
+            await run(on_redis, ports[REDIS], args.pairs, lease_and_release([]))
+            redis_cpu.append((redis.cpu_seconds() - before) / (args.clients * args.pairs))
+
+    async def round_trips() -> list[str]:
+        async def batch() -> None:
+            await run_clients(ports[REDIS], 1, ROUND_TRIP_PAIRS, lease_and_release([]))
+
+        return await redis.commands_sent(batch)
 
     asyncio.run(rounds())
+    sent = asyncio.run(round_trips())
     conn.send("handler-times")
     handler_times: list[float] = conn.recv()
     report(args, trivial, pairs, trivial_latency, lease_latency, handler_times)
+    report_redis(pairs[1_000], on_redis, statistics.median(redis_cpu), sent)
     if args.profile:
         profiled = (
             ("lease+release pairs, 1,000 proxies", "1000", lease_and_release([])),
@@ -363,6 +393,28 @@ def report(
     print(f"  lease handler, inside the server    {p99(handler_times) * 1e3:6.2f} ms")
 
 
+def report_redis(memory: Scenario, on_redis: Scenario, redis_cpu: float, sent: list[str]) -> None:
+    """Print the Redis store against the memory store, and the round trips it took."""
+    label = "lease+release, Redis"
+    print(
+        f"{label:24}{on_redis.rate:12.0f}{on_redis.cpu * 1e6:15.0f} µs"
+        f"   + redis-server {redis_cpu * 1e6:.0f} µs"
+    )
+    print("Redis store ÷ memory store (1,000 proxies)  wall clock   server CPU")
+    print(
+        f"  pairs/s (≥ 0.6)                            {on_redis.rate / memory.rate:5.2f}"
+        f"       {memory.cpu / on_redis.cpu:5.2f}"
+        f"   (with redis-server's CPU: {memory.cpu / (on_redis.cpu + redis_cpu):.2f})"
+    )
+    evalsha = sent.count("EVALSHA")
+    others = sorted(set(sent) - {"EVALSHA"})
+    print(
+        f"round trips to Redis per acquire + release: {len(sent) / ROUND_TRIP_PAIRS:.2f} "
+        f"({evalsha} EVALSHA for {ROUND_TRIP_PAIRS} pairs; target 2: one each)"
+        + (f"; also {others}" if others else "")
+    )
+
+
 def main() -> None:
     """Parse arguments, start the server process, measure, stop it."""
     parser = argparse.ArgumentParser(description="Discovery API lease benchmark.")
@@ -380,15 +432,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=serve, args=(theirs,))
-    server.start()
-    try:
-        measure(ours.recv(), ours, args)
-    finally:
-        ours.send("stop")
-        server.join(timeout=10)
-        if server.is_alive():
-            server.kill()
+    with RedisServer() as redis:
+        server = multiprocessing.get_context("spawn").Process(
+            target=serve, args=(theirs, redis.url)
+        )
+        server.start()
+        try:
+            measure(ours.recv(), ours, args, redis)
+        finally:
+            ours.send("stop")
+            server.join(timeout=10)
+            if server.is_alive():
+                server.kill()
 
 
 if __name__ == "__main__":

@@ -124,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="the longest cooldown after repeated bans, in seconds (default 21600 = 6 h)",
     )
     run.add_argument(
+        "--lease-store",
+        default=os.environ.get("EGRESS_PROXIES_LEASE_STORE", "memory"),
+        help="where leases and cooldowns live: memory (default; lost on restart) or a "
+        "redis://, rediss:// (TLS) or unix:// URL, with AUTH in it as redis-py reads it",
+    )
+    run.add_argument(
+        "--lease-store-prefix",
+        default=os.environ.get("EGRESS_PROXIES_LEASE_STORE_PREFIX", "egress-proxies"),
+        help="the Redis key prefix; processes sharing it share leases (default egress-proxies)",
+    )
+    run.add_argument(
+        "--lease-store-timeout",
+        type=float,
+        default=float(os.environ.get("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1")),
+        help="seconds a Redis call may take before the API answers 503 (default 1)",
+    )
+    run.add_argument(
         "--gc-interval",
         type=float,
         default=float(os.environ.get("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "600")),
@@ -266,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lease_cooldown_window=args.lease_cooldown,
                 lease_ban_backoff_cap=args.lease_ban_backoff_cap,
                 lease_rate_limit_window=args.lease_rate_limit_cooldown,
+                lease_store=args.lease_store,
+                lease_store_prefix=args.lease_store_prefix,
+                lease_store_timeout=args.lease_store_timeout,
             )
         )
     if args.command == "crd":

@@ -1,7 +1,7 @@
-"""Where the operator and the dev cluster find etcd, kube-apiserver, pulumi and squid.
+"""Where the operator and the dev cluster find etcd, kube-apiserver, pulumi, squid, redis-server.
 
 `tools/build.sh` builds the Go binaries into a cache and links them into one
-bin directory; squid comes from Debian. Nothing here builds anything: a
+bin directory; squid and redis-server come from Debian. Nothing here builds anything: a
 missing binary is an error that says which command fixes it.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from egress_proxies.errors import EgressProxiesError
 
 SQUID_PATHS = (Path("/usr/sbin/squid"), Path("/usr/local/sbin/squid"))
+REDIS_SERVER_PATHS = (Path("/usr/bin/redis-server"), Path("/usr/local/bin/redis-server"))
 
 
 class MissingToolError(RuntimeError, EgressProxiesError):
@@ -48,6 +49,16 @@ def squid() -> Path:
         if path.exists():
             return path
     raise MissingToolError("squid is not installed: run `make tools` (apt-get install squid)")
+
+
+def redis_server() -> Path:
+    """Debian's redis-server (tests and the dev setup; production uses a managed Redis)."""
+    for path in REDIS_SERVER_PATHS:
+        if path.exists():
+            return path
+    raise MissingToolError(
+        "redis-server is not installed: run `make tools` (apt-get install redis-server)"
+    )
 
 
 def environment_with_tools(base: dict[str, str] | None = None) -> dict[str, str]:

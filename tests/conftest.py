@@ -14,6 +14,7 @@ import pytest
 from egress_proxies import toolchain
 from egress_proxies.devcluster import ApiError, KubeClient
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
+from harness.redis import RedisServer
 
 __all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
 
@@ -124,3 +125,23 @@ def pulumi_backend(tmp_path: Path, dev_cluster: ClusterHandle) -> PulumiBackend:
         "PATH": toolchain.environment_with_tools()["PATH"],
     }
     return PulumiBackend(url=env["PULUMI_BACKEND_URL"], home=home, env=env)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server (with a password) for the run; tests keep apart by key prefix."""
+    with RedisServer(password=secrets.token_urlsafe(12)) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix of this test's own, so tests sharing the server never see each other."""
+    return f"test-{request.node.name[:40]}-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, for tests that stop, freeze or restart it."""
+    with RedisServer(password=secrets.token_urlsafe(12)) as server:
+        yield server

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
 # kube-apiserver, kube-controller-manager, kubectl, etcd) from the Go module
-# proxy and installs squid from Debian. See docs/development.md.
+# proxy and installs squid and redis-server from Debian. See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -302,7 +302,7 @@ build_etcd() {
     verify "etcd Version: ${ETCD_VERSION#v}" "$1" --version
 }
 
-# squid comes from Debian: install what is missing, build and link nothing.
+# squid and redis-server come from Debian: install what is missing, build and link nothing.
 ensure_debian_packages() {
     local pkg start
     local -a missing=() sudo=()
@@ -324,6 +324,7 @@ ensure_debian_packages() {
         log "Debian packages installed in $(since "$start")"
     fi
     log "squid $(dpkg-query -W -f='${Version}' squid): installed (Debian package, /usr/sbin/squid)"
+    log "redis-server $(dpkg-query -W -f='${Version}' redis-server): installed (Debian package, tests only)"
 }
 
 usage() {

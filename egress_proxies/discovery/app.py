@@ -32,7 +32,7 @@ def create_app(
     """The discovery API over `catalog` and `store`.
 
     `tokens` is called on every request, so a rotated Secret applies at once.
-    With no tokens every request except /healthz and /openapi.json is refused,
+    With no tokens every request except /healthz, /readyz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
     `middlewares` run outermost (tracing).
     """
@@ -47,6 +47,7 @@ def create_app(
     )
     lease = "/v1/leases/{lease_id}"
     app.router.add_get("/healthz", handlers.health)
+    app.router.add_get("/readyz", handlers.ready)
     app.router.add_get("/openapi.json", handlers.openapi)
     app.router.add_get("/v1/proxies", handlers.list_proxies)
     app.router.add_post("/v1/leases", handlers.acquire)

@@ -27,7 +27,7 @@ TokenSource = Callable[[], frozenset[str]]
 """Returns the tokens valid right now; called once per request."""
 
 MIN_TOKEN_LENGTH = 16
-UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/openapi.json"})
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 _TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}
 

@@ -1,6 +1,7 @@
 """Every refusal is a JSON `{error, detail}` body; nothing reaches a client as a traceback.
 
     ApiError                raised by handlers and parsers: status + code + detail
+    StoreUnavailableError   the lease store did not answer: 503 store_unavailable, Retry-After
     web.HTTPException       raised by aiohttp (unknown route 404, method 405, body 413)
     any other Exception     a bug: logged with its traceback, answered 500 internal_error
 
@@ -17,6 +18,7 @@ from aiohttp.typedefs import Handler
 
 from egress_proxies.discovery.schemas import ErrorBody
 from egress_proxies.errors import EgressProxiesError
+from egress_proxies.leases import StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return await handler(request)
     except ApiError as error:
         return error.response()
+    except StoreUnavailableError as error:
+        return store_unavailable(error).response()
     except web.HTTPException as error:
         if error.status < 400:
             raise
@@ -80,6 +84,11 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except Exception:
         logger.exception("discovery request %s %s failed", request.method, request.path)
         return ApiError(500, "internal_error", "the server failed; see its log").response()
+
+
+def store_unavailable(error: StoreUnavailableError) -> ApiError:
+    """The 503 for a lease store that did not answer (the client retries; nothing changed)."""
+    return ApiError(503, "store_unavailable", error.detail, {"Retry-After": str(error.retry_after)})
 
 
 def _detail(request: web.Request, error: web.HTTPException) -> str:

@@ -87,6 +87,11 @@ class Handlers:
         """GET /healthz: the process serves requests (unauthenticated)."""
         return json_response(_HEALTH_BODY)
 
+    async def ready(self, _: web.Request) -> web.Response:
+        """GET /readyz: 200 while the lease store answers, else 503 store_unavailable."""
+        await self._store.ping()
+        return json_response(_HEALTH_BODY)
+
     async def openapi(self, _: web.Request) -> web.Response:
         """GET /openapi.json: this server's OpenAPI 3.1 document (unauthenticated)."""
         return json_response(self._openapi_json)
@@ -97,7 +102,7 @@ class Handlers:
         matching = self._catalog.current().select(query.selector).matching
         if query.healthy is not None:
             matching = tuple(r for r in matching if is_offerable(r) is query.healthy)
-        counts = self._store.active_counts()
+        counts = await self._store.active_counts()
         body = ProxyList(proxies=[_summary(r, counts) for r in matching], count=len(matching))
         return json_response(body.model_dump_json())
 
@@ -111,7 +116,7 @@ class Handlers:
             self._count(REJECTED)
             raise
         pool = self._catalog.current().select(wanted.selector).pool
-        outcome = self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
+        outcome = await self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
         if isinstance(outcome, NoMatch):
             self._count(NO_MATCH)
             if self._demand is not None and outcome.at_capacity and pool.pools:
@@ -129,7 +134,9 @@ class Handlers:
         wanted = await read_body(request, RenewRequest)
         self._check_ttl(wanted.ttl_seconds)
         try:
-            lease = self._store.renew(lease_id, wanted.ttl_seconds)
+            lease = await self._store.renew(
+                lease_id, wanted.ttl_seconds, self._catalog.current().record
+            )
         except InvalidTtlError as error:
             raise ApiError(400, "invalid_request", str(error)) from None
         if lease is None:
@@ -139,7 +146,7 @@ class Handlers:
     async def release(self, request: web.Request) -> web.Response:
         """DELETE /v1/leases/{leaseId}: end the lease; unknown or ended ids are fine too."""
         reject_query(request)
-        self._store.release(lease_id_of(request))
+        await self._store.release(lease_id_of(request))
         return web.Response(status=204)
 
     async def report(self, request: web.Request) -> web.Response:
@@ -147,8 +154,12 @@ class Handlers:
         reject_query(request)
         lease_id = lease_id_of(request)
         report = await read_body(request, ReportRequest)
-        outcome = self._store.report(
-            lease_id, report.result, report.target, report.retry_after_seconds
+        outcome = await self._store.report(
+            lease_id,
+            report.result,
+            report.target,
+            report.retry_after_seconds,
+            self._catalog.current().record,
         )
         if outcome is None:
             raise ApiError(404, "unknown_lease", "no such lease, or it ended too long ago")

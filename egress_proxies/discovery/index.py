@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from egress_proxies.catalog import ProxyCatalog, ProxyRecord
+from egress_proxies.catalog import ProxyCatalog, ProxyKey, ProxyRecord
 from egress_proxies.leases import CandidatePool
 
 # Distinct selectors remembered per snapshot; crawlers use a handful, so a full
@@ -43,6 +43,13 @@ class CatalogIndex:
                 postings.setdefault(pair, []).append(record)
         self._postings = postings
         self._selections: dict[SelectorKey, Selection] = {}
+        self._by_key: dict[ProxyKey, ProxyRecord] | None = None
+
+    def record(self, key: ProxyKey) -> ProxyRecord | None:
+        """The snapshot's record of `key`, or None when it has none (a RecordLookup)."""
+        if self._by_key is None:
+            self._by_key = {record.key: record for record in self._all}
+        return self._by_key.get(key)
 
     def select(self, selector: Mapping[str, str]) -> Selection:
         """The proxies carrying every attribute pair of `selector` (all when empty)."""

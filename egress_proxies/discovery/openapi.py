@@ -72,6 +72,18 @@ def _paths() -> JsonObject:
                 "responses": {"200": _json("Serving.", _ref("Health")), "default": _OTHER},
             }
         },
+        "/readyz": {
+            "get": {
+                "operationId": "ready",
+                "summary": "Readiness: the lease store answers; needs no token.",
+                "security": [],
+                "responses": {
+                    "200": _json("Ready.", _ref("Health")),
+                    "503": _error("The lease store does not answer (store_unavailable)."),
+                    "default": _OTHER,
+                },
+            }
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",

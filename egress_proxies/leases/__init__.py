@@ -2,7 +2,8 @@
 
 A crawler leases the least-loaded healthy proxy matching its selector, releases
 it when done, and reports `rate_limited` or `banned` to put the {proxy, target}
-pair on cooldown. Everything lives in one process's memory behind one lock.
+pair on cooldown. The state lives behind the `LeaseStore` Protocol: in this
+process's memory (the default) or in Redis (`open_lease_store("redis://...")`).
 """
 
 from egress_proxies.leases.banstorm import (
@@ -21,15 +22,25 @@ from egress_proxies.leases.lease import (
     ReportResult,
     parse_lease_id,
 )
-from egress_proxies.leases.store import (
+from egress_proxies.leases.limits import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
     DEFAULT_MAX_TTL,
     DEFAULT_RATE_LIMIT_WINDOW,
+    LeaseLimits,
+)
+from egress_proxies.leases.memory_store import MemoryLeaseStore
+from egress_proxies.leases.opening import open_lease_store
+from egress_proxies.leases.redis_store import RedisLeaseStore
+from egress_proxies.leases.store import (
     Clock,
     InvalidTtlError,
+    LeaseCounts,
     LeaseStore,
+    RecordLookup,
+    StoreUnavailableError,
 )
+from egress_proxies.leases.urls import redact_url
 
 __all__ = [
     "DEFAULT_BAN_BACKOFF_CAP",
@@ -45,11 +56,19 @@ __all__ = [
     "Clock",
     "InvalidTtlError",
     "Lease",
+    "LeaseCounts",
     "LeaseId",
+    "LeaseLimits",
     "LeaseStore",
+    "MemoryLeaseStore",
     "NoMatch",
+    "RecordLookup",
+    "RedisLeaseStore",
     "ReportOutcome",
     "ReportResult",
+    "StoreUnavailableError",
     "is_offerable",
+    "open_lease_store",
     "parse_lease_id",
+    "redact_url",
 ]

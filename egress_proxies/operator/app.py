@@ -40,7 +40,11 @@ from egress_proxies.leases import (
     DEFAULT_MAX_TTL,
     DEFAULT_RATE_LIMIT_WINDOW,
     Clock,
+    LeaseLimits,
     LeaseStore,
+    StoreUnavailableError,
+    open_lease_store,
+    redact_url,
 )
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
@@ -119,6 +123,18 @@ class OperatorSettings:
     lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
     lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
     lease_rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW
+    lease_store: str = "memory"  # or a redis://, rediss://, unix:// URL
+    lease_store_prefix: str = "egress-proxies"
+    lease_store_timeout: float = 1.0
+
+    def __repr__(self) -> str:
+        # The lease store URL may carry a Redis password.
+        fields = ", ".join(
+            f"{name}={redact_url(value) if name == 'lease_store' else value!r}"
+            for name, value in vars(self).items()
+            if name != "passphrase"
+        )
+        return f"OperatorSettings({fields}, passphrase=<redacted>)"
 
 
 def passphrase_from_env() -> str | None:
@@ -138,13 +154,16 @@ def default_pulumi_root() -> Path | None:
     return root if (root / "bin" / "pulumi").exists() else None
 
 
+# How often the lease gauges are refreshed from the store (memory is read at each scrape).
+LEASE_COUNTS_INTERVAL = 5.0
+
+
 def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseStore:
-    """The lease store with the configured limits; ConfigurationError for impossible ones."""
+    """The configured lease store; ConfigurationError for impossible limits or URLs."""
     try:
-        return LeaseStore(
-            clock=clock,
-            cooldown_window=settings.lease_cooldown_window,
+        limits = LeaseLimits(
             max_ttl=settings.lease_max_ttl,
+            cooldown_window=settings.lease_cooldown_window,
             ban_backoff_cap=settings.lease_ban_backoff_cap,
             rate_limit_window=settings.lease_rate_limit_window,
         )
@@ -153,6 +172,16 @@ def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseSt
             "lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap, "
             f"--lease-rate-limit-cooldown): {error}"
         ) from error
+    try:
+        return open_lease_store(
+            settings.lease_store,
+            prefix=settings.lease_store_prefix,
+            timeout=settings.lease_store_timeout,
+            limits=limits,
+            clock=clock,
+        )
+    except ValueError as error:
+        raise ConfigurationError(f"--lease-store: {error}") from error
 
 
 def programs() -> dict[ProviderName, Program]:
@@ -288,8 +317,8 @@ class Operator:
     async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
         await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)
 
-    def _proxy_gone(self, key: ProxyKey) -> None:
-        self.leases.forget_proxy(key)
+    async def _proxy_gone(self, key: ProxyKey) -> None:
+        await self.leases.forget_proxy(key)
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
@@ -327,7 +356,10 @@ class Operator:
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(
-            "discovery API on %s:%d", self.settings.discovery_host, self.settings.discovery_port
+            "discovery API on %s:%d, leases in %s",
+            self.settings.discovery_host,
+            self.settings.discovery_port,
+            redact_url(self.settings.lease_store),
         )
         servers = [discovery]
         if self.settings.metrics_port is not None:
@@ -351,6 +383,7 @@ class Operator:
                 asyncio.create_task(engine.run(), name="health engine"),
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
+                asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
             ]
             if self.gce_watcher is not None:
                 background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
@@ -364,6 +397,16 @@ class Operator:
                 await asyncio.gather(*background, return_exceptions=True)
                 for server in servers:
                     await server.cleanup()
+                await self.leases.close()
+
+    async def _refresh_lease_counts(self) -> None:
+        """Read the store's totals for the gauges (a scrape cannot await a Redis call)."""
+        while True:
+            try:
+                await self.leases.counts()
+            except StoreUnavailableError as error:
+                logger.warning("lease counts not refreshed: %s", error)
+            await asyncio.sleep(LEASE_COUNTS_INTERVAL)
 
     def _component_ended(self, task: asyncio.Task[None], stop: asyncio.Event) -> None:
         """A component that runs forever ended: say so loudly and stop the whole operator.

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.kube import ApiError, Credentials, KubeClient
+from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
     FINALIZER,
@@ -85,7 +86,7 @@ class Components:
     fleet: Fleet
     programs: Mapping[ProviderName, Program]
     classify: Callable[[str], ErrorClass]
-    on_proxy_gone: Callable[[ProxyKey], None]
+    on_proxy_gone: Callable[[ProxyKey], Awaitable[None]]
     spans: Spans
     stack_metrics: StackMetrics
     instances: InstanceCache
@@ -172,7 +173,11 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             c.writer.forget(meta["namespace"], meta["name"])
             c.instances.forget_proxy(meta["uid"])
             c.requeue.cancel(meta["namespace"], meta["name"])
-            c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
+            try:
+                await c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
+            except StoreUnavailableError as error:
+                # The finalizer's delete handler ended them already, or retries until it does.
+                logger.warning("proxy %s gone, its leases not ended yet: %s", meta["name"], error)
         else:
             c.fleet.put_proxy(dict(body))
 
@@ -462,7 +467,13 @@ async def _delete(c: Components, body: dict[str, Any]) -> None:
             f"destroying stack {stack} failed; retrying", delay=TRANSIENT_RETRY_SECONDS
         ) from None
     await delete_credentials(c.client, meta["namespace"], meta["uid"])
-    c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
+    try:
+        await c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
+    except StoreUnavailableError:
+        raise kopf.TemporaryError(
+            "the lease store is unavailable: its leases are not ended yet; retrying",
+            delay=TRANSIENT_RETRY_SECONDS,
+        ) from None
 
 
 def _schedule_retry(c: Components, view: machine.ProxyView, decision: machine.Decision) -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,7 +75,7 @@ class PoolComponents:
 
     client: KubeClient
     members: MemberSource
-    lease_counts: Callable[[], Mapping[ProxyKey, int]]
+    lease_counts: Callable[[], Awaitable[Mapping[ProxyKey, int]]]  # the LeaseStore's
     demand: DemandBook
     max_lease_seconds: float
     metrics: ScalingRecorder | None = None
@@ -142,9 +142,10 @@ class PoolController:
         now = self._c.clock()
         wanted_hash = template_hash(raw_spec.get("template") or {})
         expected = self._expected.setdefault(pool, _Expectations())
-        members = self._members(namespace, name, spec, expected, now)
+        counts = await self._c.lease_counts()
+        members = self._members(namespace, name, spec, expected, counts, now)
         active = [m for m in members if not m.draining]
-        demand = self._demand(pool, namespace, members, status, now)
+        demand = self._demand(pool, namespace, members, counts, status, now)
         low_use_since = parse_time(status.low_use_since)
         last_scale = status.last_scale_time
         limited: str | None = None
@@ -199,9 +200,9 @@ class PoolController:
         name: str,
         spec: ProxyPoolSpec,
         expected: _Expectations,
+        counts: Mapping[ProxyKey, int],
         now: float,
     ) -> list[Member]:
-        counts = self._c.lease_counts()
         window_start = now - spec.rotation.ban_window_seconds
         seen: set[str] = set()
         members: list[Member] = []
@@ -250,10 +251,10 @@ class PoolController:
         pool: str,
         namespace: str,
         members: Sequence[Member],
+        counts: Mapping[ProxyKey, int],
         status: ProxyPoolStatus,
         now: float,
     ) -> Demand:
-        counts = self._c.lease_counts()
         capacity = 0
         for body in self._c.members.proxies():
             meta = body["metadata"]

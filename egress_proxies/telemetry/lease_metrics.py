@@ -14,6 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from egress_proxies.leases import LeaseCounts
+
 LEASE_REQUESTS = "egress_proxies_lease_requests"
 LEASE_REPORTS = "egress_proxies_lease_reports"
 TARGET_PAUSES = "egress_proxies_target_pauses"
@@ -23,18 +25,10 @@ COOLDOWNS_ACTIVE = "egress_proxies_lease_cooldowns_active"
 
 
 class LeaseState(Protocol):
-    """What the scrape-time collector reads (the LeaseStore satisfies it)."""
+    """What the scrape-time collector reads (every LeaseStore satisfies it)."""
 
-    def active_lease_count(self) -> int:
-        """Leases active right now."""
-        ...
-
-    def active_cooldown_count(self) -> int:
-        """{proxy, target} pairs cooling right now."""
-        ...
-
-    def paused_target_count(self) -> int:
-        """Targets paused by the ban-storm guard right now."""
+    def last_counts(self) -> LeaseCounts:
+        """Active leases, cooling pairs and paused targets (as of the last read, for Redis)."""
         ...
 
 
@@ -88,10 +82,9 @@ class _LeaseStateCollector(Collector):
         return self._families(leases=None, cooldowns=None, paused=None)
 
     def collect(self) -> Iterable[Metric]:
+        counts = self._state.last_counts()
         return self._families(
-            leases=self._state.active_lease_count(),
-            cooldowns=self._state.active_cooldown_count(),
-            paused=self._state.paused_target_count(),
+            leases=counts.leases, cooldowns=counts.cooldowns, paused=counts.paused_targets
         )
 
     @staticmethod

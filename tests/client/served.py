@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord
 from egress_proxies.discovery import create_app
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 from tests.integration.discovery_helpers import ListCatalog, Tokens, VirtualClock
 
@@ -26,7 +26,7 @@ class Served:
     """A running app: where it listens and what is behind it."""
 
     url: str
-    store: LeaseStore
+    store: MemoryLeaseStore
     clock: VirtualClock
     tokens: Tokens
     registry: CollectorRegistry
@@ -58,7 +58,7 @@ class Served:
 
 def _app(records: tuple[ProxyRecord, ...], **store_settings: Any) -> tuple[web.Application, Served]:
     clock = VirtualClock()
-    store = LeaseStore(clock=clock, **store_settings)
+    store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
     tokens, registry = Tokens(), CollectorRegistry()
     app = create_app(ListCatalog(records), store, tokens, metrics=LeaseMetrics(registry, store))
     return app, Served("", store, clock, tokens, registry)

@@ -47,7 +47,7 @@ def test_run_exits_with_cmd_s_status_and_releases_when_it_fails(
     done = cli(served, "run", "-s", "region=eu", "-t", "t.example", "--", "sh", "-c", script)
     assert done.returncode == 7, done.stderr
     assert seen.read_text() == PROXY_URL
-    assert served.store.active_lease_count() == 0
+    assert served.store.last_counts().leases == 0
     assert served.lease_requests("granted") == 1
     assert served.reports("ok", "") == 0, "only exit 0 reports ok by default"
 
@@ -59,7 +59,7 @@ def test_run_reports_by_exit_status_with_a_configurable_mapping(served: Served) 
     done = cli(served, "run", "-t", "t.example", *mapped, "--", "sh", "-c", "exit 22")
     assert done.returncode == 22
     assert served.reports("banned", "http_403") == 1
-    assert served.store.active_lease_count() == 0
+    assert served.store.last_counts().leases == 0
     refused = cli(served, "run", "-t", "t.example", "--wait", "0", "--", "true")
     assert refused.returncode == 3, "the banned pair cools: no proxy"
     assert "no proxy free" in refused.stderr
@@ -73,13 +73,13 @@ def test_run_releases_on_sigint_and_exits_like_the_interrupted_command(served: S
         text=True,
     )
     deadline = time.monotonic() + 20
-    while served.store.active_lease_count() == 0:
+    while served.store.last_counts().leases == 0:
         assert time.monotonic() < deadline, "never leased"
         time.sleep(0.05)
     time.sleep(0.3)  # let it start the command and install its handlers
     child.send_signal(signal.SIGINT)
     assert child.wait(timeout=20) == 128 + signal.SIGINT
-    assert served.store.active_lease_count() == 0
+    assert served.store.last_counts().leases == 0
     assert served.reports("ok", "") == 0
 
 
@@ -105,7 +105,7 @@ def test_list_lease_renew_report_release(served: Served) -> None:
     assert cli(served, "report", lease["leaseId"], "banned", "--reason", "captcha").returncode == 0
     assert served.reports("banned", "captcha") == 1
     assert cli(served, "release", lease["leaseId"]).returncode == 0
-    assert served.store.active_lease_count() == 0
+    assert served.store.last_counts().leases == 0
     ended = cli(served, "renew", lease["leaseId"])
     assert (ended.returncode, "unknown_lease" in ended.stderr) == (4, True)
 

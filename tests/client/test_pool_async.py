@@ -47,10 +47,10 @@ async def test_renew_and_release_on_exception() -> None:
                 served.clock.advance(20)
                 await lease.renew(60)
                 served.clock.advance(50)
-                assert served.store.active_lease_count() == 1, "renewed past its first TTL"
+                assert served.store.last_counts().leases == 1, "renewed past its first TTL"
                 first = lease.proxy_key
                 lease.check(403, {})
-        assert served.store.active_lease_count() == 0
+        assert served.store.last_counts().leases == 0
         assert served.reports("banned", "http_403") == 1
         with pytest.raises(LeaseEndedError):
             await lease.renew(60)

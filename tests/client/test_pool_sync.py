@@ -17,7 +17,6 @@ from egress_proxies_client import (
 )
 from egress_proxies_client.backoff import Backoff
 
-from egress_proxies.leases import BanStorms
 from tests.client.served import Served, serve_in_thread
 from tests.integration.discovery_helpers import record
 
@@ -81,32 +80,32 @@ def test_renew_keeps_the_proxy_and_fails_typed_once_the_lease_ended() -> None:
         lease.release()
         with pytest.raises(LeaseEndedError):
             lease.renew(60)
-        assert served.store.active_lease_count() == 0
+        assert served.store.last_counts().leases == 0
 
 
 def test_an_exception_releases_and_a_ban_is_reported_first() -> None:
     with serve_in_thread(record("a"), record("b")) as served, pool_for(served) as pool:
         with pytest.raises(ValueError), pool.lease(target="shop.example"):
             raise ValueError("the crawler's own bug")
-        assert served.store.active_lease_count() == 0
+        assert served.store.last_counts().leases == 0
         assert served.reports("banned", "captcha") == 0
         with pytest.raises(ProxyBannedError), pool.lease(target="shop.example") as lease:
             banned = lease.proxy_key
             lease.check(200, {}, b'<div class="g-recaptcha"></div>')
-        assert served.store.active_lease_count() == 0
+        assert served.store.last_counts().leases == 0
         assert served.reports("banned", "captcha") == 1
         with pool.lease(target="shop.example") as again:
             assert again.proxy_key != banned, "the banned pair cools"
         with pytest.raises(httpx.ProxyError), pool.lease(target="shop.example"):
             raise httpx.ProxyError("CONNECT refused")
         assert served.reports("banned", "tunnel_failed") == 1
-        assert served.store.active_lease_count() == 0
+        assert served.store.last_counts().leases == 0
 
 
 def test_a_paused_target_raises_target_paused() -> None:
     fleet = [record(f"p{i}") for i in range(3)]
-    storms = BanStorms(share=0.5, window=60, pause=120)
-    with serve_in_thread(*fleet, ban_storms=storms) as served, pool_for(served) as pool:
+    storms = {"storm_share": 0.5, "storm_window": 60, "storm_pause": 120}
+    with serve_in_thread(*fleet, **storms) as served, pool_for(served) as pool:
         for _ in range(2):
             with pytest.raises(ProxyBannedError), pool.lease(target="shop.example") as lease:
                 lease.check(403, {})

@@ -76,7 +76,7 @@ async def test_connect_failures_and_spider_bans_are_retried_through_other_proxie
             log = output.decode()
             assert crawl.returncode == 0, log[-3000:]
             (tmp_path / "scrapy.log").write_text(log)
-            assert served.store.active_lease_count() == 0, "released on spider_closed"
+            assert served.store.last_counts().leases == 0, "released on spider_closed"
             assert served.reports("banned", "tunnel_failed") == 1
             assert served.reports("banned", "spider") == SOFT_BLOCKS
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
-from egress_proxies.leases import LeaseStore
+from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
@@ -103,7 +103,7 @@ class Api:
 
     client: TestClient[Any, Any]
     catalog: ListCatalog
-    store: LeaseStore
+    store: MemoryLeaseStore
     clock: VirtualClock
     tokens: Tokens
     registry: CollectorRegistry
@@ -139,7 +139,7 @@ async def serve_api(
 ) -> AsyncIterator[Api]:
     """The discovery app on a loopback port over a list catalog and a virtual-clock store."""
     clock = VirtualClock()
-    store = LeaseStore(clock=clock, **store_settings)
+    store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
     catalog = ListCatalog(tuple(records))
     tokens = tokens if tokens is not None else Tokens()
     registry = CollectorRegistry()
@@ -162,7 +162,7 @@ def serve_api_in_thread(*records: ProxyRecord, tokens: Tokens) -> Iterator[str]:
     stop = loop.create_future()
 
     async def run() -> None:
-        app = create_app(ListCatalog(tuple(records)), LeaseStore(), tokens)
+        app = create_app(ListCatalog(tuple(records)), MemoryLeaseStore(), tokens)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -39,11 +39,17 @@ async def test_healthz(api: Api) -> None:
     assert (response.status, await response.json()) == (200, {"status": "ok"})
 
 
+async def test_readyz_answers_without_a_token_while_the_store_answers(api: Api) -> None:
+    response = await api.client.get("/readyz")
+    assert (response.status, await response.json()) == (200, {"status": "ok"})
+
+
 async def test_openapi_document_is_served(api: Api) -> None:
     document = await (await api.client.get("/openapi.json")).json()
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {
         "/healthz",
+        "/readyz",
         "/openapi.json",
         "/v1/proxies",
         "/v1/leases",
@@ -225,8 +231,8 @@ async def test_malformed_requests_get_a_json_4xx_and_change_nothing(
     assert body["error"] == error
     assert isinstance(body["detail"], str) and body["detail"]
     assert "Traceback" not in body["detail"]
-    assert api.store.active_lease_count() == 0
-    assert api.store.active_cooldown_count() == 0
+    assert api.store.last_counts().leases == 0
+    assert api.store.last_counts().cooldowns == 0
 
 
 async def test_405_says_what_is_allowed(api: Api) -> None:
@@ -254,7 +260,7 @@ async def test_a_changed_catalog_is_seen_at_once(api: Api) -> None:
 async def test_a_forgotten_proxy_loses_its_leases(api: Api) -> None:
     lease = await api.lease(selector={"region": "eu"})
     gone: ProxyRecord = record("eu-2")
-    api.store.forget_proxy(gone.key)
+    await api.store.forget_proxy(gone.key)
     assert await api.report(lease["leaseId"], "banned") == 404
     listed = {p["name"]: p for p in (await get_json(api, "/v1/proxies"))["proxies"]}
     assert listed["eu-2"]["activeLeases"] == 0

@@ -27,7 +27,7 @@ async def test_200_concurrent_acquires_respect_every_capacity() -> None:
         capacity = sum(CAPACITIES.values())
         assert statuses == {201: capacity, 409: 200 - capacity}
         assert per_proxy == CAPACITIES
-        assert api.store.active_counts() == {f"crawl/{n}": c for n, c in CAPACITIES.items()}
+        assert (await api.store.active_counts()) == {f"crawl/{n}": c for n, c in CAPACITIES.items()}
 
 
 async def test_leasing_and_releasing_concurrently_never_overbooks() -> None:
@@ -38,7 +38,7 @@ async def test_leasing_and_releasing_concurrently_never_overbooks() -> None:
             nonlocal peak
             for _ in range(5):
                 status, body = await lease_once(api)
-                counts = api.store.active_counts()
+                counts = await api.store.active_counts()
                 assert max(counts.values(), default=0) <= 1
                 peak = max(peak, sum(counts.values()))
                 if status == 201:
@@ -46,4 +46,4 @@ async def test_leasing_and_releasing_concurrently_never_overbooks() -> None:
 
         await asyncio.gather(*(crawler() for _ in range(40)))
         assert peak == 5
-        assert api.store.active_lease_count() == 0
+        assert api.store.last_counts().leases == 0

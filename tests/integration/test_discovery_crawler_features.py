@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from egress_proxies.leases import BanStorms
 from tests.integration.discovery_helpers import Api, record, serve_api
 
 WINDOW = 300.0
@@ -151,8 +150,7 @@ async def test_a_ban_storm_pauses_the_target_and_other_targets_keep_leasing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fleet = [record(f"p{i}", attributes={"pool": "x"}) for i in range(4)]
-    storms = BanStorms(share=0.5, window=60, pause=120)
-    async with serve_api(*fleet, ban_storms=storms) as api:
+    async with serve_api(*fleet, storm_share=0.5, storm_window=60, storm_pause=120) as api:
         selector = {"pool": "x"}
         for reason, advance in (("http_403", 5), ("captcha", 5), ("http_403", 0)):
             lease = await api.lease(selector=selector, target="shop.example")
@@ -177,7 +175,7 @@ async def test_a_ban_storm_pauses_the_target_and_other_targets_keep_leasing(
 
 async def test_bans_from_a_minority_of_the_pool_do_not_pause() -> None:
     fleet = [record(f"p{i}") for i in range(4)]
-    async with serve_api(*fleet, ban_storms=BanStorms(share=0.5, window=60, pause=120)) as api:
+    async with serve_api(*fleet, storm_share=0.5, storm_window=60, storm_pause=120) as api:
         for _ in range(2):
             lease = await api.lease(target="shop.example")
             assert await report(api, lease["leaseId"], result="banned") == 204

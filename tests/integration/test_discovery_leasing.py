@@ -34,7 +34,7 @@ async def test_release_is_idempotent_and_frees_the_proxy() -> None:
         for _ in range(3):
             assert await api.release(lease["leaseId"]) == 204
         await api.lease()
-        assert api.store.active_lease_count() == 1
+        assert api.store.last_counts().leases == 1
 
 
 async def test_cooldowns_are_per_target() -> None:

@@ -27,6 +27,7 @@ POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 EXAMPLES = {
     ("GET /healthz", POSITIVE): 1,
     ("GET /openapi.json", POSITIVE): 1,
+    ("GET /readyz", POSITIVE): 5,
     ("GET /v1/proxies", POSITIVE): 50,
     ("POST /v1/leases", POSITIVE): 420,
     ("POST /v1/leases", NEGATIVE): 80,

@@ -36,15 +36,15 @@ def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSetting
     return settings
 
 
-def cools_for(store: LeaseStore, clock: VirtualClock, result: ReportResult) -> float:
+async def cools_for(store: LeaseStore, clock: VirtualClock, result: ReportResult) -> float:
     """How long a report of `result` keeps the one proxy from the target (whole seconds)."""
     pool = CandidatePool.of([record("p1")])
-    lease = store.acquire(pool, "example.com", 1)
+    lease = await store.acquire(pool, "example.com", 1)
     assert isinstance(lease, Lease), lease
-    store.report(lease.lease_id, result, None)
-    store.release(lease.lease_id)
+    await store.report(lease.lease_id, result, None, None, lambda _: None)
+    await store.release(lease.lease_id)
     waited = 0.0
-    while isinstance(store.acquire(pool, "example.com", 1), NoMatch):
+    while isinstance(await store.acquire(pool, "example.com", 1), NoMatch):
         clock.advance(1)
         waited += 1
     clock.advance(1)  # let the probing lease run out
@@ -64,7 +64,7 @@ def test_without_flags_the_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> Non
     assert limits == (3600, 300, 21600)
 
 
-def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = settings_of(
         monkeypatch,
         "--lease-max-ttl=600",
@@ -75,11 +75,13 @@ def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = VirtualClock()
     store = lease_store(settings, clock)
     assert store.max_ttl == 600
-    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 40
-    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 80, "a repeat doubles"
-    assert cools_for(store, clock, ReportResult.RATE_LIMITED) == 100, "160 s, capped by the window"
-    assert cools_for(store, clock, ReportResult.BANNED) == 100
-    assert cools_for(store, clock, ReportResult.BANNED) == 150, "200 s, capped"
+    assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 40
+    assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 80, "a repeat doubles"
+    assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 100, (
+        "160 s, capped by the window"
+    )
+    assert await cools_for(store, clock, ReportResult.BANNED) == 100
+    assert await cools_for(store, clock, ReportResult.BANNED) == 150, "200 s, capped"
 
 
 def test_variables_set_them_too(monkeypatch: pytest.MonkeyPatch) -> None:

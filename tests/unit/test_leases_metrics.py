@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from egress_proxies.leases import CandidatePool, Lease, LeaseStore, ReportResult
+from egress_proxies.leases import (
+    CandidatePool,
+    Lease,
+    LeaseLimits,
+    MemoryLeaseStore,
+    ReportResult,
+)
 from egress_proxies.telemetry.lease_metrics import (
     COOLDOWNS_ACTIVE,
     LEASE_REQUESTS,
@@ -14,15 +20,15 @@ from egress_proxies.telemetry.lease_metrics import (
 from tests.integration.discovery_helpers import VirtualClock, record
 
 
-def test_gauges_follow_the_store_at_every_scrape() -> None:
+async def test_gauges_follow_the_store_at_every_scrape() -> None:
     clock = VirtualClock()
-    store = LeaseStore(clock=clock, cooldown_window=60)
+    store = MemoryLeaseStore(LeaseLimits(cooldown_window=60), clock=clock)
     registry = CollectorRegistry()
     LeaseMetrics(registry, store)
     assert registry.get_sample_value(LEASES_ACTIVE) == 0
-    lease = store.acquire(CandidatePool.of([record("a")]), None, 30)
+    lease = await store.acquire(CandidatePool.of([record("a")]), None, 30)
     assert isinstance(lease, Lease)
-    store.report(lease.lease_id, ReportResult.BANNED, "t.example")
+    await store.report(lease.lease_id, ReportResult.BANNED, "t.example")
     assert registry.get_sample_value(LEASES_ACTIVE) == 1
     assert registry.get_sample_value(COOLDOWNS_ACTIVE) == 1
     clock.advance(60)
@@ -32,7 +38,7 @@ def test_gauges_follow_the_store_at_every_scrape() -> None:
 
 def test_lease_requests_are_counted_by_outcome() -> None:
     registry = CollectorRegistry()
-    metrics = LeaseMetrics(registry, LeaseStore())
+    metrics = LeaseMetrics(registry, MemoryLeaseStore())
     for outcome in ("granted", "granted", "no_match"):
         metrics.lease_request(outcome)
     total = f"{LEASE_REQUESTS}_total"
@@ -41,6 +47,6 @@ def test_lease_requests_are_counted_by_outcome() -> None:
 
 
 def test_nothing_lands_on_the_global_registry() -> None:
-    LeaseMetrics(CollectorRegistry(), LeaseStore())
+    LeaseMetrics(CollectorRegistry(), MemoryLeaseStore())
     assert REGISTRY.get_sample_value(LEASES_ACTIVE) is None
     assert REGISTRY.get_sample_value(f"{LEASE_REQUESTS}_total", {"outcome": "granted"}) is None

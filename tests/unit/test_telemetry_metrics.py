@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.catalog import proxy_key
+from egress_proxies.leases import LeaseCounts
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.inventory import (
     InstanceId,
@@ -43,14 +44,8 @@ class Leases:
     def __init__(self, leases: int = 0, cooldowns: int = 0) -> None:
         self.leases, self.cooldowns = leases, cooldowns
 
-    def active_lease_count(self) -> int:
-        return self.leases
-
-    def active_cooldown_count(self) -> int:
-        return self.cooldowns
-
-    def paused_target_count(self) -> int:
-        return 0
+    def last_counts(self) -> LeaseCounts:
+        return LeaseCounts(leases=self.leases, cooldowns=self.cooldowns)
 
 
 def body(name: str, phase: str | None) -> Mapping[str, Any]:

@@ -1,0 +1,72 @@
+-- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest ("" for an empty
+-- pool), pool size, cooldown window, pool ttl (ms).
+-- Returns {1, winner index, expires at}, {0, at capacity, in cooldown, free at|"", paused},
+-- or {2} when the pool is not in Redis yet (upload it with pool.lua, then ask again).
+local now, ttl, target, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local digest, pool_size, window, pool_ttl = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+end_due(now, window)
+-- The pool's ranked key, capacity list lives in Redis (uploaded once by pool.lua):
+-- an acquire sends no candidate list, and reads only as far as the first idle proxy.
+local list = B .. 'pool:' .. digest
+if digest ~= '' and redis.call('EXISTS', list) == 0 then return {2} end
+local CHUNK = 64
+local keys, capacities, counts = {}, {}, {}
+local n = 0
+local function load_more()
+  if digest == '' then return false end
+  local got = redis.call('LRANGE', list, 2 * n, 2 * (n + CHUNK) - 1)
+  if #got == 0 then return false end
+  local chunk = {}
+  for i = 1, #got, 2 do
+    n = n + 1
+    keys[n], capacities[n] = got[i], tonumber(got[i + 1])
+    chunk[#chunk + 1] = got[i]
+  end
+  local held = redis.call('HMGET', B .. 'held', unpack(chunk))
+  for i = 1, #held do counts[n - #held + i] = tonumber(held[i]) or 0 end
+  return true
+end
+local paused = paused_until(target, now)
+local winner, winner_count = nil, 0
+local at_capacity, in_cooldown = 0, 0
+local i = 0
+while winner_count > 0 or winner == nil do
+  i = i + 1
+  if i > n and not load_more() then break end
+  local count = counts[i]
+  if count >= capacities[i] then
+    at_capacity = at_capacity + 1
+  elseif paused or cooling_until(keys[i], target, now) then
+    in_cooldown = in_cooldown + 1
+  elseif winner == nil or count < winner_count then
+    winner, winner_count = i, count
+  end
+end
+if winner == nil then
+  local earliest = nil
+  for i = 1, n do
+    local free_at = now
+    if counts[i] >= capacities[i] then
+      local soonest = redis.call('ZRANGE', B .. 'holders:' .. keys[i], 0, 0, 'WITHSCORES')
+      if #soonest > 0 then free_at = tonumber(soonest[2]) end
+    end
+    local cooling = cooling_until(keys[i], target, now)
+    if cooling and cooling > free_at then free_at = cooling end
+    if earliest == nil or free_at < earliest then earliest = free_at end
+  end
+  if paused then
+    if earliest == nil or earliest < paused then earliest = paused end
+  end
+  return {0, at_capacity, in_cooldown, earliest and fmt(earliest) or '', paused and 1 or 0}
+end
+local key = keys[winner]
+local expires_at = now + ttl
+local seq = redis.call('INCR', B .. 'seq')
+redis.call('HSET', B .. 'lease:' .. id, 'k', key, 't', target, 'l', ARGV[2], 'e', fmt(expires_at),
+  'p', digest, 's', pool_size, 'n', seq, 'a', '1')
+redis.call('ZADD', B .. 'exp', fmt(expires_at), id)
+redis.call('ZADD', B .. 'holders:' .. key, fmt(expires_at), id)
+redis.call('HINCRBY', B .. 'held', key, 1)
+redis.call('PEXPIRE', list, pool_ttl)
+redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)
+return {1, winner, fmt(expires_at)}

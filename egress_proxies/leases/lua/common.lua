@@ -1,0 +1,87 @@
+-- Shared by every lease script (prepended to each before SCRIPT LOAD).
+--
+-- KEYS[1] is the key base, e.g. "{egress-proxies}:" (one hash slot). Keys under it:
+--   lease:<id>    hash  k=proxy key, t=target ("" none), l=ttl, e=expires at,
+--                       p=pool digest, s=pool size, n=sequence, a=1 while active
+--   exp           zset  active lease id -> expires at
+--   ended         zset  ended lease id -> when its reports stop being accepted
+--   holders:<key> zset  active lease id -> expires at, per proxy
+--   held          hash  proxy key -> active lease count
+--   cool:<key>    hash  u|<f> = cooling until, m|<f> = "strikes rate_strikes from_ban"
+--                       per target field <f> ("t:<target>" or "g" for global)
+--   coolq         zset  "<key>\n<f>" -> when the pair may be forgotten
+--   coolu         zset  "<key>\n<f>" -> cooling until (for the count)
+--   bans:<target> zset  proxy key -> when it was banned for the target
+--   paused        zset  target -> pause end
+--   pool:<digest> set   the offerable proxy keys of one candidate pool
+--   seq           string lease sequence; forgot hash: proxy key -> sequence when forgotten
+-- Times are the caller's clock in seconds, passed as strings and returned as %.17g.
+local B = KEYS[1]
+local function fmt(x) return string.format('%.17g', x) end
+local PRUNE_BATCH = 512
+
+local function end_lease(id, ended_at, window)
+  local key = redis.call('HGET', B .. 'lease:' .. id, 'k')
+  redis.call('ZREM', B .. 'exp', id)
+  if not key then return end
+  redis.call('ZREM', B .. 'holders:' .. key, id)
+  if redis.call('HINCRBY', B .. 'held', key, -1) <= 0 then redis.call('HDEL', B .. 'held', key) end
+  redis.call('HSET', B .. 'lease:' .. id, 'a', '0')
+  redis.call('ZADD', B .. 'ended', fmt(ended_at + window), id)
+end
+
+-- End what the clock says is over: due leases, forgotten ended ones, faded cooldowns.
+local function end_due(now, window)
+  local due = redis.call('ZRANGEBYSCORE', B .. 'exp', '-inf', fmt(now), 'WITHSCORES', 'LIMIT', 0, PRUNE_BATCH)
+  for i = 1, #due, 2 do end_lease(due[i], tonumber(due[i + 1]), window) end
+  local gone = redis.call('ZRANGEBYSCORE', B .. 'ended', '-inf', fmt(now), 'LIMIT', 0, PRUNE_BATCH)
+  for _, id in ipairs(gone) do
+    redis.call('DEL', B .. 'lease:' .. id)
+    redis.call('ZREM', B .. 'ended', id)
+  end
+  local faded = redis.call('ZRANGEBYSCORE', B .. 'coolq', '-inf', fmt(now), 'LIMIT', 0, PRUNE_BATCH)
+  for _, pair in ipairs(faded) do
+    local nl = string.find(pair, '\n', 1, true)
+    local ckey, field = string.sub(pair, 1, nl - 1), string.sub(pair, nl + 1)
+    redis.call('HDEL', B .. 'cool:' .. ckey, 'u|' .. field, 'm|' .. field)
+    redis.call('ZREM', B .. 'coolq', pair)
+    redis.call('ZREM', B .. 'coolu', pair)
+  end
+  redis.call('ZREMRANGEBYSCORE', B .. 'paused', '-inf', fmt(now))
+end
+
+local function target_field(target)
+  if target == '' then return 'g' end
+  return 't:' .. target
+end
+
+-- When the proxy may serve the target again (its own pair or the global one), or nil.
+local function cooling_until(key, target, now)
+  local u = redis.call('HMGET', B .. 'cool:' .. key, 'u|' .. target_field(target), 'u|g')
+  local best = nil
+  for _, v in ipairs(u) do
+    if v then
+      local until_ = tonumber(v)
+      if until_ > now and (best == nil or until_ > best) then best = until_ end
+    end
+  end
+  return best
+end
+
+local function paused_until(target, now)
+  if target == '' then return nil end
+  local until_ = redis.call('ZSCORE', B .. 'paused', target)
+  if until_ and tonumber(until_) > now then return tonumber(until_) end
+  return nil
+end
+
+-- The lease's hash as a table when it is known (active or ended, not forgotten), else nil.
+local function known_lease(id)
+  local fields = redis.call('HGETALL', B .. 'lease:' .. id)
+  if #fields == 0 then return nil end
+  local lease = {}
+  for i = 1, #fields, 2 do lease[fields[i]] = fields[i + 1] end
+  local forgot = redis.call('HGET', B .. 'forgot', lease.k)
+  if forgot and tonumber(lease.n) <= tonumber(forgot) then return nil end
+  return lease
+end

@@ -1,0 +1,11 @@
+-- Renew: ARGV = now, lease id, ttl, cooldown window.
+-- Returns {proxy key, target, expires at, pool digest, pool size} or nil once it has ended.
+local now, id, ttl, window = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+end_due(now, window)
+local lease = known_lease(id)
+if lease == nil or lease.a ~= '1' then return nil end
+local expires_at = fmt(now + ttl)
+redis.call('HSET', B .. 'lease:' .. id, 'l', ARGV[3], 'e', expires_at)
+redis.call('ZADD', B .. 'exp', expires_at, id)
+redis.call('ZADD', B .. 'holders:' .. lease.k, expires_at, id)
+return {lease.k, lease.t, expires_at, lease.p, lease.s}

@@ -1,0 +1,292 @@
+"""The in-memory lease store: who holds which proxy until when, in one process.
+
+Time comes from an injected clock (seconds; `time.time` by default) and every
+operation first ends what the clock says is over, so a TTL is honoured on every
+read without a background sweeper: expiry deadlines sit in a heap and each
+operation pops the due ones, amortised O(log n). Ended leases are remembered for
+one cooldown window so that a late report still lands. The methods are
+coroutines only to satisfy the LeaseStore Protocol: none awaits anything, so an
+operation is atomic on the event loop; the lock guards the scrape thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from dataclasses import replace
+from itertools import compress
+from operator import not_
+
+from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.leases.banstorm import BanStorms
+from egress_proxies.leases.candidates import CandidatePool
+from egress_proxies.leases.cooldowns import Cooldowns
+from egress_proxies.leases.lease import (
+    Lease,
+    LeaseId,
+    NoMatch,
+    ReportOutcome,
+    ReportResult,
+    new_lease_id,
+)
+from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.store import Clock, InvalidTtlError, LeaseCounts, RecordLookup
+
+
+class MemoryLeaseStore:
+    """Leases and cooldowns for the whole fleet in this process (lost on restart).
+
+    Acquiring walks the pool's ranked proxies and stops at the first idle one, so
+    its cost grows with the busy or cooling proxies ranked ahead of the winner,
+    not with the size of the fleet; busy ones are skipped without a Python step
+    each, since an idle proxy, when there is one, always wins.
+    """
+
+    def __init__(self, limits: LeaseLimits | None = None, *, clock: Clock = time.time) -> None:
+        limits = limits or LeaseLimits()
+        self._clock = clock
+        self._cooldown_window = limits.cooldown_window
+        self._max_ttl = limits.max_ttl
+        self._lock = threading.Lock()
+        self._cooldowns = Cooldowns(
+            limits.cooldown_window, limits.ban_backoff_cap, limits.rate_limit_window
+        )
+        self._storms = BanStorms(limits.storm_share, limits.storm_window, limits.storm_pause)
+        self._active: dict[LeaseId, Lease] = {}
+        self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
+        self._expiry_queue: list[tuple[float, LeaseId]] = []
+        self._ended: dict[LeaseId, Lease] = {}
+        self._ended_queue: list[tuple[float, LeaseId]] = []
+
+    @property
+    def max_ttl(self) -> int:
+        """The longest lease, in seconds, a client may ask for."""
+        return self._max_ttl
+
+    async def acquire(
+        self, pool: CandidatePool, target: str | None, ttl_seconds: int
+    ) -> Lease | NoMatch:
+        """Lease the best free proxy of the pool for `target`, or say why none is free."""
+        self._check_ttl(ttl_seconds)
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            paused_until = None if target is None else self._storms.paused_until(target, now)
+            winner = None if paused_until is not None else self._first_idle(pool, target, now)
+            if winner is None:
+                outcome = self._least_loaded(pool, target, now, paused_until)
+                if isinstance(outcome, NoMatch):
+                    return outcome
+                winner = outcome
+            lease = Lease(
+                new_lease_id(),
+                winner,
+                target,
+                ttl_seconds,
+                now + ttl_seconds,
+                pool_keys=pool.keys,
+                pool_size=pool.considered,
+            )
+            self._active[lease.lease_id] = lease
+            self._holders.setdefault(winner.key, {})[lease.lease_id] = lease
+            heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
+            return lease
+
+    def _first_idle(
+        self, pool: CandidatePool, target: str | None, now: float
+    ) -> ProxyRecord | None:
+        """The best-ranked proxy nobody holds and not cooling for the target, if any.
+
+        Whenever one exists it is the winner (no proxy has fewer than no leases),
+        so the busy proxies ranked ahead of it are skipped at C speed, uncounted.
+        """
+        is_held = self._holders.__contains__
+        for record in compress(pool.ranked, map(not_, map(is_held, pool.ranked_keys))):
+            if not self._cooldowns.is_cooling(record.key, target, now):
+                return record
+        return None
+
+    def _least_loaded(
+        self, pool: CandidatePool, target: str | None, now: float, paused_until: float | None
+    ) -> ProxyRecord | NoMatch:
+        """The full walk: the free proxy with the fewest leases, or why none is free."""
+        holders, cooldowns = self._holders, self._cooldowns
+        winner, winner_count = None, 0
+        at_capacity = in_cooldown = 0
+        for record in pool.ranked:
+            count = len(holders.get(record.key, ()))
+            if count >= record.max_leases:
+                at_capacity += 1
+            elif paused_until is not None or cooldowns.is_cooling(record.key, target, now):
+                in_cooldown += 1
+            elif winner is None or count < winner_count:
+                winner, winner_count = record, count
+                if count == 0:
+                    break
+        if winner is None:
+            free_at = self._earliest_free(pool, target, now)
+            if paused_until is not None:
+                free_at = max(paused_until, free_at or paused_until)
+            return NoMatch(
+                considered=pool.considered,
+                at_capacity=at_capacity,
+                in_cooldown=in_cooldown,
+                unhealthy=pool.not_offerable,
+                retry_after=None if free_at is None else free_at - now,
+                target_paused=paused_until is not None,
+            )
+        return winner
+
+    async def renew(
+        self, lease_id: LeaseId, ttl_seconds: int, records: RecordLookup | None = None
+    ) -> Lease | None:
+        """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""
+        self._check_ttl(ttl_seconds)
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id)
+            if lease is None:
+                return None
+            renewed = replace(lease, ttl_seconds=ttl_seconds, expires_at=now + ttl_seconds)
+            self._active[lease_id] = renewed
+            self._holders[lease.proxy.key][lease_id] = renewed
+            heapq.heappush(self._expiry_queue, (renewed.expires_at, lease_id))
+            self._compact_expiry_queue()
+            return renewed
+
+    async def release(self, lease_id: LeaseId) -> None:
+        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id)
+            if lease is not None:
+                self._end(lease, now)
+                self._compact_expiry_queue()
+
+    async def report(
+        self,
+        lease_id: LeaseId,
+        result: ReportResult,
+        target: str | None,
+        retry_after: float | None = None,
+        records: RecordLookup | None = None,
+    ) -> ReportOutcome | None:
+        """Record what the holder saw; None when the lease is unknown.
+
+        A lease is known while active and for one cooldown window after it ends.
+        The cooldown's target is the report's, else the lease's, else global.
+        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown.
+        """
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            lease = self._active.get(lease_id) or self._ended.get(lease_id)
+            if lease is None:
+                return None
+            resolved = target if target is not None else lease.target
+            key = lease.proxy.key
+            self._cooldowns.record((key, resolved), result, now, retry_after)
+            paused_until = None
+            if result is ReportResult.BANNED and resolved is not None:
+                self._storms.prune(now)
+                paused_until = self._storms.record_ban(
+                    resolved, key, lease.pool_keys, lease.pool_size, now
+                )
+            return ReportOutcome(lease, resolved, paused_until)
+
+    async def forget_proxy(self, key: ProxyKey) -> None:
+        """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
+        with self._lock:
+            for lease_id in self._holders.pop(key, {}):
+                del self._active[lease_id]
+            for lease_id in [i for i, lease in self._ended.items() if lease.proxy.key == key]:
+                del self._ended[lease_id]
+            self._cooldowns.forget_proxy(key)
+            self._compact_expiry_queue()
+
+    async def active_counts(self) -> dict[ProxyKey, int]:
+        """Active leases per proxy, for proxies holding at least one."""
+        with self._lock:
+            self._end_due(self._clock())
+            return {key: len(leases) for key, leases in self._holders.items()}
+
+    async def counts(self) -> LeaseCounts:
+        """The fleet-wide totals now."""
+        return self.last_counts()
+
+    def last_counts(self) -> LeaseCounts:
+        """The fleet-wide totals now (memory is always current)."""
+        with self._lock:
+            now = self._clock()
+            self._end_due(now)
+            return LeaseCounts(
+                leases=len(self._active),
+                cooldowns=self._cooldowns.active_count(now),
+                paused_targets=self._storms.paused_count(now),
+            )
+
+    async def ping(self) -> None:
+        """Memory always answers."""
+
+    async def close(self) -> None:
+        """Nothing to let go of."""
+
+    def __repr__(self) -> str:
+        counts = self.last_counts()
+        return (
+            f"<MemoryLeaseStore [leases: {counts.leases} active | cooldowns: {counts.cooldowns} | "
+            f"paused targets: {counts.paused_targets}]>"
+        )
+
+    def _end_due(self, now: float) -> None:
+        queue = self._expiry_queue
+        while queue and queue[0][0] <= now:
+            expires_at, lease_id = heapq.heappop(queue)
+            lease = self._active.get(lease_id)
+            if lease is not None and lease.expires_at == expires_at:
+                self._end(lease, expires_at)
+        ended = self._ended_queue
+        while ended and ended[0][0] <= now:
+            _, lease_id = heapq.heappop(ended)
+            self._ended.pop(lease_id, None)
+        self._cooldowns.prune(now)
+
+    def _end(self, lease: Lease, ended_at: float) -> None:
+        del self._active[lease.lease_id]
+        key = lease.proxy.key
+        holders = self._holders[key]
+        del holders[lease.lease_id]
+        if not holders:
+            del self._holders[key]
+        self._ended[lease.lease_id] = lease
+        heapq.heappush(self._ended_queue, (ended_at + self._cooldown_window, lease.lease_id))
+
+    def _check_ttl(self, ttl_seconds: int) -> None:
+        if not 1 <= ttl_seconds <= self._max_ttl:
+            raise InvalidTtlError(f"ttl must be between 1 and {self._max_ttl} seconds")
+
+    def _earliest_free(self, pool: CandidatePool, target: str | None, now: float) -> float | None:
+        """When the first of the pool's offerable proxies may be free for the target."""
+        earliest = None
+        for record in pool.ranked:
+            free_at = self._free_at(record, target, now)
+            if earliest is None or free_at < earliest:
+                earliest = free_at
+        return earliest
+
+    def _free_at(self, record: ProxyRecord, target: str | None, now: float) -> float:
+        holders = self._holders.get(record.key, {})
+        free_at = now
+        if len(holders) >= record.max_leases:
+            free_at = min(lease.expires_at for lease in holders.values())
+        cooling_until = self._cooldowns.cooling_until(record.key, target, now)
+        return free_at if cooling_until is None else max(free_at, cooling_until)
+
+    def _compact_expiry_queue(self) -> None:
+        # Released leases leave their deadline behind; rebuild once stale entries dominate.
+        if len(self._expiry_queue) > 2 * len(self._active) + 1024:
+            self._expiry_queue = [(lease.expires_at, i) for i, lease in self._active.items()]
+            heapq.heapify(self._expiry_queue)

@@ -1,0 +1,43 @@
+"""Choosing the lease store from a URL."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.memory_store import MemoryLeaseStore
+from egress_proxies.leases.redis_store import RedisLeaseStore
+from egress_proxies.leases.store import Clock, LeaseStore
+
+MEMORY = "memory"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+DEFAULT_PREFIX = "egress-proxies"
+DEFAULT_TIMEOUT = 1.0
+
+
+def open_lease_store(
+    url: str | None,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: LeaseLimits | None = None,
+    clock: Clock = time.time,
+) -> LeaseStore:
+    """The store `url` names: memory for None or "memory", Redis for redis://, rediss://, unix://.
+
+    ValueError for any other URL (naming only its scheme: the rest may hold a password).
+    Opening connects to nothing: a Redis store connects on first use.
+    """
+    limits = limits or LeaseLimits()
+    if url is None or url == MEMORY:
+        return MemoryLeaseStore(limits, clock=clock)
+    scheme = urlsplit(url).scheme
+    if scheme not in REDIS_SCHEMES:
+        raise ValueError(
+            f"lease store scheme {scheme or url[:12]!r}: expected 'memory' or a "
+            "redis://, rediss:// or unix:// URL"
+        )
+    if timeout <= 0:
+        raise ValueError("the lease store timeout must be positive")
+    return RedisLeaseStore(url, prefix=prefix, timeout=timeout, limits=limits, clock=clock)
