@@ -11,8 +11,11 @@ operator (`egress-proxies run`, concurrency 4). In one run:
 2. A ProxyPool of the same template at `replicas: 0`, then scaled to
    `--replicas` through the scale subresource: the time until
    `status.readyReplicas` reaches it ÷ (replicas x one Proxy ÷ concurrency)
-   (target ≤ 1.3): what the pool controller adds over the reconciler's own
-   throughput.
+   (target ≤ 1.3).
+3. Beside it, the same number of plain Proxies applied at once to the same
+   operator (deleted again before the pool starts): pool ÷ plain shows what
+   the pool controller adds over the reconciler's own throughput on this
+   machine, whatever its load.
 
 CPU seconds (the operator with its pulumi processes, and the whole machine)
 are printed beside the times. Everything started here is stopped at the end.
@@ -35,6 +38,7 @@ from bench.reconcile import (
     Descendants,
     Progress,
     Share,
+    apply_many,
     cpu_seconds,
     create_namespace,
     dev_cluster,
@@ -46,7 +50,7 @@ from bench.reconcile import (
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import POOL_PLURAL
-from harness.operator import new_operator
+from harness.operator import new_operator, proxy_path, wait_gone
 from harness.origins import serve_origin
 
 POLL_SECONDS = 0.5
@@ -107,6 +111,18 @@ async def measure(
                     singles.append(run)
                     progress(f"  one Proxy run {index + 1}: {run.seconds:.2f} s")
                 one = statistics.median(run.seconds for run in singles)
+                progress(f"3. {args.replicas} plain Proxies applied at once")
+                names = [f"plain{index}" for index in range(args.replicas)]
+                plain_cpu_before, plain_machine_before = (
+                    cpu_seconds(operator_pid(op)),
+                    Share.now(),
+                )
+                plain = await apply_many(kube, op, names, spec, progress)
+                plain_cpu = cpu_seconds(operator_pid(op)) - plain_cpu_before
+                plain_machine = Share.now().since(plain_machine_before)
+                await asyncio.gather(*(kube.delete(proxy_path(namespace, n)) for n in names))
+                for name in names:
+                    await wait_gone(kube, proxy_path(namespace, name), timeout=300)
                 progress(f"2. a pool scaled 0 -> {args.replicas}")
                 cpu_before, machine_before = cpu_seconds(operator_pid(op)), Share.now()
                 seconds = await scale_pool(kube, namespace, args.replicas, spec, progress)
@@ -130,6 +146,12 @@ async def measure(
     print(
         f"   CPU: operator + pulumi {cpu:.1f} s ({cpu / args.replicas:.2f} s per Proxy); "
         f"machine {machine.busy:.1f} s busy of {machine.total:.1f} s ({machine.fraction:.0%})"
+    )
+    print(f"3. {args.replicas} plain Proxies applied at once, until all Ready")
+    print(f"   {plain:6.2f} s; pool ÷ plain: {seconds / plain:.2f}")
+    print(
+        f"   CPU: operator + pulumi {plain_cpu:.1f} s; machine {plain_machine.busy:.1f} s "
+        f"busy of {plain_machine.total:.1f} s ({plain_machine.fraction:.0%})"
     )
 
 
