@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
     down.add_argument("--state-dir", type=Path, required=True)
-    commands.add_parser("crd", help="print the Proxy CRD generated from the models")
+    crd_command = commands.add_parser("crd", help="print a CRD generated from the models")
+    crd_command.add_argument("resource", nargs="?", choices=("proxy", "proxypool"), default="proxy")
     run = commands.add_parser("run", help="run the operator")
     run.add_argument(
         "--kubeconfig",
@@ -366,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     if args.command == "crd":
-        sys.stdout.write(crd.render())
+        sys.stdout.write(crd.render_pool() if args.resource == "proxypool" else crd.render())
         return 0
     return 2
 

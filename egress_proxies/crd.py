@@ -1,10 +1,11 @@
-"""Render the Proxy CustomResourceDefinition from the pydantic models.
+"""Render the Proxy and ProxyPool CustomResourceDefinitions from the pydantic models.
 
 Kubernetes wants a *structural* OpenAPI schema: no $ref, no anyOf-with-null,
 no `additionalProperties: false` next to `properties`. This module inlines
 the models' JSON schema into that shape and adds the CRD's CEL rules (they
 travel on the models as `x-kubernetes-validations`), printer columns and
-the status subresource. `crds/proxy.yaml` is its output, checked in.
+the status (and, for pools, scale) subresource. `crds/proxy.yaml` and
+`crds/proxypool.yaml` are its output, checked in.
 """
 
 from __future__ import annotations
@@ -15,12 +16,19 @@ from typing import Any
 import yaml
 
 from egress_proxies.model import GROUP, KIND, PLURAL, SHORT_NAME, VERSION, ProxySpec, ProxyStatus
+from egress_proxies.pool_model import (
+    POOL_KIND,
+    POOL_PLURAL,
+    POOL_SHORT_NAME,
+    ProxyPoolSpec,
+    ProxyPoolStatus,
+)
 
 Schema = dict[str, Any]
 
 _DROPPED_KEYS = frozenset({"title", "$defs"})
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "IP", "type": "string", "jsonPath": ".status.ip"},
     {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
@@ -30,6 +38,21 @@ PRINTER_COLUMNS = [
         "jsonPath": '.status.conditions[?(@.type=="Healthy")].status',
     },
     {"name": "Latency", "type": "integer", "jsonPath": ".status.latencyMillis"},
+    {
+        "name": "Draining",
+        "type": "string",
+        "jsonPath": ".metadata.annotations.crawl\\.example\\.com/draining",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+POOL_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Leased", "type": "integer", "jsonPath": ".status.leasedReplicas"},
+    {"name": "Draining", "type": "integer", "jsonPath": ".status.drainingReplicas"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -71,25 +94,37 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def proxy_crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition object."""
-    spec_schema = structural(ProxySpec.model_json_schema(by_alias=True))
-    status_schema = structural(ProxyStatus.model_json_schema(by_alias=True))
-    conditions = status_schema["properties"]["conditions"]
+def _status_schema(model: type[ProxyStatus] | type[ProxyPoolStatus]) -> Schema:
+    schema = structural(model.model_json_schema(by_alias=True))
+    conditions = schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
+    return schema
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    short_name: str,
+    description: str,
+    spec_schema: Schema,
+    status_schema: Schema,
+    printer_columns: list[dict[str, Any]],
+    subresources: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": [SHORT_NAME],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short_name],
                 "categories": ["all"],
             },
             "scope": "Namespaced",
@@ -98,12 +133,12 @@ def proxy_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": printer_columns,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "An egress proxy for crawlers, managed or external.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
@@ -120,7 +155,51 @@ def proxy_crd() -> dict[str, Any]:
     }
 
 
+def proxy_crd() -> dict[str, Any]:
+    """The Proxy CustomResourceDefinition object."""
+    return _crd(
+        kind=KIND,
+        plural=PLURAL,
+        short_name=SHORT_NAME,
+        description="An egress proxy for crawlers, managed or external.",
+        spec_schema=structural(ProxySpec.model_json_schema(by_alias=True)),
+        status_schema=_status_schema(ProxyStatus),
+        printer_columns=PRINTER_COLUMNS,
+        subresources={"status": {}},
+    )
+
+
+def proxy_pool_crd() -> dict[str, Any]:
+    """The ProxyPool CustomResourceDefinition object, with the scale subresource."""
+    return _crd(
+        kind=POOL_KIND,
+        plural=POOL_PLURAL,
+        short_name=POOL_SHORT_NAME,
+        description="A fleet of Proxies from one template: scaled, rolled, rotated, drained.",
+        spec_schema=structural(ProxyPoolSpec.model_json_schema(by_alias=True)),
+        status_schema=_status_schema(ProxyPoolStatus),
+        printer_columns=POOL_PRINTER_COLUMNS,
+        subresources={
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+    )
+
+
 def render() -> str:
     """The CRD as the YAML checked in at crds/proxy.yaml."""
     header = "# Generated by `egress-proxies crd` from egress_proxies/model.py. Do not edit.\n"
     return header + yaml.safe_dump(proxy_crd(), sort_keys=False, width=100)
+
+
+def render_pool() -> str:
+    """The CRD as the YAML checked in at crds/proxypool.yaml."""
+    header = (
+        "# Generated by `egress-proxies crd proxypool` from egress_proxies/pool_model.py."
+        " Do not edit.\n"
+    )
+    return header + yaml.safe_dump(proxy_pool_crd(), sort_keys=False, width=100)

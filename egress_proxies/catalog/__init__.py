@@ -21,6 +21,7 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
+from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_LABEL
 from egress_proxies.values import ProxyCredentials, ProxyKey, proxy_key
 
 __all__ = ["ProxyCatalog", "ProxyKey", "ProxyRecord", "proxy_key", "record_from_body"]
@@ -45,6 +46,9 @@ class ProxyRecord:
     max_leases: int = 1
     managed: bool = True
     deleting: bool = False
+    # Its pool is removing it (the pool's draining annotation): it is leased no more.
+    draining: bool = False
+    pool: str | None = None  # `namespace/name` of the ProxyPool it belongs to
 
     @property
     def proxy_url(self) -> str:
@@ -95,7 +99,14 @@ def record_from_body(
         max_leases=spec.max_leases,
         managed=spec.mode == Mode.MANAGED,
         deleting=bool(meta.get("deletionTimestamp")),
+        draining=bool((meta.get("annotations") or {}).get(DRAINING_ANNOTATION)),
+        pool=_pool_of(meta),
     )
+
+
+def _pool_of(meta: Mapping[str, Any]) -> str | None:
+    pool = (meta.get("labels") or {}).get(POOL_LABEL)
+    return f"{meta['namespace']}/{pool}" if pool else None
 
 
 def _known_status(status: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,15 @@ SecretKey = tuple[str, str]  # (namespace, name)
 # What the fleet's readers use of a Proxy's metadata; managedFields and kopf's own
 # annotations (its last-handled configuration is a copy of the spec) are most of a
 # body's size, and a body kept whole keeps every one of kopf's parsed dicts alive.
-_KEPT_METADATA = ("name", "namespace", "uid", "generation", "labels", "deletionTimestamp")
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "labels",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
 _OUR_ANNOTATIONS = f"{GROUP}/"
 
 

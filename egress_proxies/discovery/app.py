@@ -10,7 +10,7 @@ from aiohttp.typedefs import Middleware
 from egress_proxies.catalog import ProxyCatalog
 from egress_proxies.discovery.auth import BearerAuth, TokenSource
 from egress_proxies.discovery.errors import json_errors
-from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder
+from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder, PoolDemandRecorder
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.openapi import render_openapi
 from egress_proxies.leases import LeaseStore
@@ -25,6 +25,7 @@ def create_app(
     tokens: TokenSource,
     *,
     metrics: LeaseRequestRecorder | None = None,
+    demand: PoolDemandRecorder | None = None,
     allow_no_auth: bool = False,
     synced: Callable[[], bool] = lambda: True,
     middlewares: Sequence[Middleware] = (),
@@ -41,7 +42,12 @@ def create_app(
     auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
     auth.refresh()
     handlers = Handlers(
-        IndexedCatalog(catalog), store, metrics, render_openapi(store.max_ttl), synced
+        IndexedCatalog(catalog),
+        store,
+        metrics,
+        render_openapi(store.max_ttl),
+        synced,
+        demand,
     )
     app = web.Application(
         middlewares=[*middlewares, json_errors, auth.middleware()],

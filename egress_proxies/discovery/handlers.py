@@ -29,7 +29,7 @@ from egress_proxies.discovery.schemas import (
     RenewRequest,
     ReportRequest,
 )
-from egress_proxies.leases import InvalidTtlError, LeaseStore, NoMatch, is_offerable
+from egress_proxies.leases import InvalidTtlError, LeaseStore, NoMatch, ReportResult, is_offerable
 
 GRANTED, NO_MATCH, REJECTED = "granted", "no_match", "rejected"
 _HEALTH_BODY = Health().model_dump_json()
@@ -53,6 +53,18 @@ class LeaseRequestRecorder(Protocol):
         ...
 
 
+class PoolDemandRecorder(Protocol):
+    """Where the pools' demand goes: bans per proxy, requests waiting at capacity per pool."""
+
+    def banned(self, key: ProxyKey) -> None:
+        """A proxy was reported banned."""
+        ...
+
+    def waited(self, pools: frozenset[str]) -> None:
+        """A lease request found these pools' proxies all at capacity."""
+        ...
+
+
 class Handlers:
     """The API's handlers over one catalog and one store."""
 
@@ -63,10 +75,12 @@ class Handlers:
         metrics: LeaseRequestRecorder | None,
         openapi_json: str,
         synced: Callable[[], bool],
+        demand: PoolDemandRecorder | None = None,
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._metrics = metrics
+        self._demand = demand
         self._openapi_json = openapi_json
         self._synced = synced
         self._granted = GrantedBodies()
@@ -114,6 +128,8 @@ class Handlers:
         outcome = await self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
         if isinstance(outcome, NoMatch):
             self._count(NO_MATCH)
+            if self._demand is not None and outcome.at_capacity and pool.pools:
+                self._demand.waited(pool.pools)
             retry_after = _whole_seconds(outcome.retry_after)
             headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
             return json_response(_no_match_body(outcome, retry_after), 409, headers)
@@ -166,6 +182,8 @@ class Handlers:
         )
         if self._metrics is not None:
             self._metrics.lease_report(report.result.value, report.reason)
+        if self._demand is not None and report.result == ReportResult.BANNED:
+            self._demand.banned(proxy)
         if outcome.paused_until is not None:
             logger.warning(
                 "ban storm: target %s paused until %s: most of a pool was banned by it",
@@ -221,6 +239,7 @@ def _summary(record: ProxyRecord, counts: Mapping[ProxyKey, int]) -> ProxySummar
         attributes=dict(record.attributes),
         healthy=record.healthy,
         deleting=record.deleting,
+        draining=record.draining,
         latency_millis=record.latency_millis,
         max_leases=record.max_leases,
         active_leases=counts.get(record.key, 0),

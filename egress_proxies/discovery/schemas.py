@@ -187,6 +187,7 @@ class ProxySummary(_Response):
     attributes: dict[str, str]
     healthy: bool | None = Field(description="The health verdict; null until first probed.")
     deleting: bool
+    draining: bool = Field(description="Its pool is removing it: it is leased no more.")
     latency_millis: int | None
     max_leases: int
     active_leases: int

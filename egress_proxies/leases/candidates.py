@@ -11,11 +11,11 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord
 
 
 def is_offerable(record: ProxyRecord) -> bool:
-    """Only proxies probed healthy and not being deleted are ever leased.
+    """Only proxies probed healthy, not being deleted and not draining are ever leased.
 
     A proxy not yet probed (`healthy is None`) is not offered: nobody has seen it work.
     """
-    return record.healthy is True and not record.deleting
+    return record.healthy is True and not record.deleting and not record.draining
 
 
 def _rank(record: ProxyRecord) -> tuple[float, str]:
@@ -57,6 +57,11 @@ class CandidatePool:
     def ranked_keys(self) -> tuple[ProxyKey, ...]:
         """The offerable proxies' keys, in rank order."""
         return tuple(record.key for record in self.ranked)
+
+    @cached_property
+    def pools(self) -> frozenset[str]:
+        """The ProxyPools (`namespace/name`) the offerable proxies belong to."""
+        return frozenset(record.pool for record in self.ranked if record.pool)
 
     @cached_property
     def keys(self) -> frozenset[ProxyKey]:

@@ -69,6 +69,7 @@ from egress_proxies.operator.peering import (
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
+from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.gcp_auth import CredentialsError, application_default_tokens
@@ -81,6 +82,7 @@ from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.telemetry.memory import cap_malloc_arenas, snapshots_on_signal
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
+from egress_proxies.telemetry.pool_metrics import PoolMetrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
 
 logger = logging.getLogger(__name__)
@@ -295,6 +297,18 @@ class Operator:
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
         )
         register(self.registry, self.components)
+        self.demand = DemandBook()
+        self.pools = PoolController(
+            PoolComponents(
+                client=self.client,
+                members=self.fleet,
+                lease_counts=self.leases.active_counts,
+                demand=self.demand,
+                max_lease_seconds=float(settings.lease_max_ttl),
+                metrics=PoolMetrics(self.metrics_registry),
+            )
+        )
+        register_pools(self.registry, self.pools)
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
@@ -336,6 +350,7 @@ class Operator:
             self.leases,
             TokenDirectory(tokens_dir) if tokens_dir else frozenset,
             metrics=self.metrics.leases,
+            demand=self.demand,
             allow_no_auth=self.settings.discovery_allow_no_auth,
             middlewares=[self.spans.server_middleware()],
         )

@@ -54,6 +54,12 @@ def test_the_crd_copy_is_current() -> None:
     )
 
 
+def test_the_pool_crd_copy_is_current() -> None:
+    assert (DEPLOY / "base" / "crd" / "proxypool.yaml").read_text() == crd.render_pool(), (
+        "deploy/base/crd/proxypool.yaml is stale: run `cp crds/proxypool.yaml deploy/base/crd/`"
+    )
+
+
 def test_the_peering_crd_copy_is_current() -> None:
     copy = DEPLOY / "base" / "crd" / "kopf-peering.yaml"
     assert copy.read_text() == (ROOT / "crds" / "kopf-peering.yaml").read_text(), (
@@ -67,10 +73,12 @@ def test_the_base_builds_the_whole_install() -> None:
     assert set(built) == {
         ("Namespace", NAMESPACE),
         ("CustomResourceDefinition", "proxies.crawl.example.com"),
+        ("CustomResourceDefinition", "proxypools.crawl.example.com"),
         ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
         ("CustomResourceDefinition", "kopfpeerings.kopf.dev"),
         ("ServiceAccount", "egress-proxies"),
         ("ClusterRole", "egress-proxies"),
+        ("ClusterRole", "egress-proxies-pool-editor"),
         ("ClusterRoleBinding", "egress-proxies"),
         ("PersistentVolumeClaim", "egress-proxies-state"),
         ("Deployment", "egress-proxies"),

@@ -92,6 +92,7 @@ async def test_list_shows_active_leases_but_no_credentials(api: Api) -> None:
         "attributes": EU,
         "healthy": True,
         "deleting": False,
+        "draining": False,
         "latencyMillis": 5,
         "maxLeases": 2,
         "activeLeases": 1,

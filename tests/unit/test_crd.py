@@ -50,4 +50,33 @@ def test_printer_columns() -> None:
     columns = [
         c["name"] for c in crd.proxy_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     ]
-    assert columns == ["Phase", "IP", "Provider", "Healthy", "Latency", "Age"]
+    assert columns == ["Phase", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
+
+
+POOL_CHECKED_IN = CHECKED_IN.parent / "proxypool.yaml"
+
+
+def test_checked_in_pool_crd_is_current() -> None:
+    assert POOL_CHECKED_IN.read_text() == crd.render_pool(), (
+        "crds/proxypool.yaml is stale: run "
+        "`.venv/bin/egress-proxies crd proxypool > crds/proxypool.yaml`"
+    )
+
+
+def test_pool_schema_is_structural() -> None:
+    version = crd.proxy_pool_crd()["spec"]["versions"][0]
+    for node in walk(version["schema"]["openAPIV3Schema"]):
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node
+        assert node.get("additionalProperties") is not False
+        assert node.get("default", 0) is not None
+
+
+def test_pool_has_the_scale_subresource_and_columns() -> None:
+    version = crd.proxy_pool_crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Desired", "Current", "Ready", "Leased", "Draining", "Age"]

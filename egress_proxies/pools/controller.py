@@ -1,0 +1,460 @@
+"""The pool controller: gathers a pool's members and demand, asks the planners, carries it out.
+
+One round per pool per timer tick. The members come from the operator's
+watch-fed fleet (no list call); Proxies it created, drained or deleted but
+the watch has not shown yet are remembered ("expectations", as the
+ReplicaSet controller keeps them), so a slow watch never doubles a step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from egress_proxies.catalog import ProxyKey, proxy_key
+from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.model import GROUP, KIND, PLURAL, VERSION, Condition, ConditionStatus
+from egress_proxies.pool_model import (
+    AVAILABLE,
+    DRAINING_ANNOTATION,
+    POOL_KIND,
+    POOL_LABEL,
+    POOL_PLURAL,
+    PROGRESSING,
+    SCALING_LIMITED,
+    TEMPLATE_HASH_LABEL,
+    Demand,
+    ProxyPoolSpec,
+    ProxyPoolStatus,
+)
+from egress_proxies.pools import autoscale
+from egress_proxies.pools.demand import DemandBook
+from egress_proxies.pools.plan import Member, Plan, plan
+
+logger = logging.getLogger(__name__)
+
+EXPECTATION_SECONDS = 60.0
+WAIT_WINDOW_SECONDS = 60.0
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+PostEvent = Callable[[str, str, str], None]  # (type, reason, message)
+
+
+class MemberSource(Protocol):
+    """The Proxies the operator knows (the fleet)."""
+
+    def proxies(self) -> list[Mapping[str, Any]]:
+        """Every known Proxy body."""
+        ...
+
+
+class ScalingRecorder(Protocol):
+    """Counts the pools' scaling decisions and replacements."""
+
+    def scaled(self, pool: str, direction: str) -> None:
+        """One autoscaling decision."""
+        ...
+
+    def drained(self, pool: str, reason: str) -> None:
+        """One Proxy drained (scale down, template roll, bans, age)."""
+        ...
+
+
+@dataclass
+class PoolComponents:
+    """What the controller uses, built by the composition root."""
+
+    client: KubeClient
+    members: MemberSource
+    lease_counts: Callable[[], Awaitable[Mapping[ProxyKey, int]]]  # the LeaseStore's
+    demand: DemandBook
+    max_lease_seconds: float
+    metrics: ScalingRecorder | None = None
+    clock: Callable[[], float] = time.time
+
+
+@dataclass
+class _Expectations:
+    created: dict[str, tuple[float, str]] = field(default_factory=dict)  # name -> (until, hash)
+    drained: dict[str, float] = field(default_factory=dict)  # name -> since
+    deleted: dict[str, float] = field(default_factory=dict)  # name -> until
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """A short, stable hash of a pool's template as stored (defaults included)."""
+    document = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()[:10]
+
+
+def parse_time(value: str | None) -> float | None:
+    """Seconds since the epoch of a Kubernetes timestamp."""
+    return datetime.datetime.fromisoformat(value).timestamp() if value else None
+
+
+def format_time(moment: float) -> str:
+    """A Kubernetes timestamp."""
+    return datetime.datetime.fromtimestamp(moment, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PoolController:
+    """Converges every ProxyPool; one `reconcile` call per pool per tick."""
+
+    def __init__(self, components: PoolComponents) -> None:
+        self._c = components
+        self._expected: dict[str, _Expectations] = {}
+        self._written: dict[str, dict[str, Any]] = {}
+        self.rounds = 0
+
+    def __repr__(self) -> str:
+        pending = sum(len(e.created) + len(e.deleted) for e in self._expected.values())
+        return (
+            f"<PoolController [pools: {len(self._expected)} | rounds: {self.rounds} | "
+            f"pending: {pending}] {self._c.demand!r}>"
+        )
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is remembered about a deleted pool."""
+        self._expected.pop(f"{namespace}/{name}", None)
+        self._written.pop(f"{namespace}/{name}", None)
+
+    async def reconcile(self, body: Mapping[str, Any], post_event: PostEvent) -> None:
+        """One round for one pool."""
+        self.rounds += 1
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        pool = f"{namespace}/{name}"
+        raw_spec = body.get("spec") or {}
+        try:
+            spec = ProxyPoolSpec.model_validate(raw_spec)
+        except ValidationError as error:
+            logger.warning("pool %s: invalid spec: %s", pool, error)
+            return
+        status = _status_of(body)
+        now = self._c.clock()
+        wanted_hash = template_hash(raw_spec.get("template") or {})
+        expected = self._expected.setdefault(pool, _Expectations())
+        counts = await self._c.lease_counts()
+        members = self._members(namespace, name, spec, expected, counts, now)
+        active = [m for m in members if not m.draining]
+        demand = self._demand(pool, namespace, members, counts, status, now)
+        low_use_since = parse_time(status.low_use_since)
+        last_scale = status.last_scale_time
+        limited: str | None = None
+        if spec.autoscale is not None:
+            decision = autoscale.decide(
+                spec.autoscale,
+                autoscale.ScaleInput(
+                    replicas=spec.replicas,
+                    demand=demand,
+                    busy=sum(1 for m in active if m.leases),
+                    settled=all(m.ready for m in active) and len(active) >= spec.replicas,
+                    low_use_since=low_use_since,
+                    now=now,
+                ),
+            )
+            low_use_since, limited = decision.low_use_since, decision.limited
+            if decision.reason is not None and decision.replicas != spec.replicas:
+                await self._scale(namespace, name, decision.replicas)
+                post_event(
+                    "Normal",
+                    decision.reason,
+                    f"replicas {spec.replicas} -> {decision.replicas}: {decision.message}",
+                )
+                if self._c.metrics is not None:
+                    self._c.metrics.scaled(pool, decision.reason)
+                logger.info(
+                    "pool %s: %s to %d: %s",
+                    pool,
+                    decision.reason,
+                    decision.replicas,
+                    decision.message,
+                )
+                spec = spec.model_copy(update={"replicas": decision.replicas})
+                last_scale = format_time(now)
+        step = plan(spec, wanted_hash, members, now, self._c.max_lease_seconds)
+        await self._carry_out(body, spec, wanted_hash, step, expected, post_event, now)
+        await self._write_status(
+            body,
+            spec,
+            members,
+            step,
+            demand,
+            low_use_since,
+            last_scale,
+            limited,
+            wanted_hash,
+        )
+
+    def _members(
+        self,
+        namespace: str,
+        name: str,
+        spec: ProxyPoolSpec,
+        expected: _Expectations,
+        counts: Mapping[ProxyKey, int],
+        now: float,
+    ) -> list[Member]:
+        window_start = now - spec.rotation.ban_window_seconds
+        seen: set[str] = set()
+        members: list[Member] = []
+        for body in self._c.members.proxies():
+            meta = body["metadata"]
+            if (
+                meta.get("namespace") != namespace
+                or (meta.get("labels") or {}).get(POOL_LABEL) != name
+            ):
+                continue
+            proxy = meta["name"]
+            seen.add(proxy)
+            if meta.get("deletionTimestamp") or proxy in expected.deleted:
+                continue
+            annotations = meta.get("annotations") or {}
+            draining_since = parse_time(annotations.get(DRAINING_ANNOTATION))
+            if draining_since is None:
+                draining_since = expected.drained.get(proxy)
+            else:
+                expected.drained.pop(proxy, None)
+            key = proxy_key(namespace, proxy)
+            members.append(
+                Member(
+                    name=proxy,
+                    created=parse_time(meta.get("creationTimestamp")) or now,
+                    ready=(body.get("status") or {}).get("phase") == "Ready",
+                    leases=counts.get(key, 0),
+                    bans=self._c.demand.bans_since(key, window_start),
+                    template_hash=(meta.get("labels") or {}).get(TEMPLATE_HASH_LABEL, ""),
+                    draining_since=draining_since,
+                )
+            )
+        for proxy, (until, created_hash) in list(expected.created.items()):
+            if proxy in seen or until < now:
+                del expected.created[proxy]
+            else:
+                members.append(Member(proxy, now, False, 0, 0, created_hash))
+        for proxy, until in list(expected.deleted.items()):
+            if proxy not in seen or until < now:
+                del expected.deleted[proxy]
+                self._c.demand.forget_proxy(proxy_key(namespace, proxy))
+        return members
+
+    def _demand(
+        self,
+        pool: str,
+        namespace: str,
+        members: Sequence[Member],
+        counts: Mapping[ProxyKey, int],
+        status: ProxyPoolStatus,
+        now: float,
+    ) -> Demand:
+        capacity = 0
+        for body in self._c.members.proxies():
+            meta = body["metadata"]
+            if (
+                meta.get("namespace") == namespace
+                and (body.get("status") or {}).get("phase") == "Ready"
+                and any(m.name == meta["name"] and not m.draining for m in members)
+            ):
+                capacity += int((body.get("spec") or {}).get("maxLeases", 1))
+        # Waits counted since the last scaling step only: the step answered the earlier ones.
+        since = max(now - WAIT_WINDOW_SECONDS, parse_time(status.last_scale_time) or 0.0)
+        return Demand(
+            active_leases=sum(counts.get(proxy_key(namespace, m.name), 0) for m in members),
+            capacity=capacity,
+            waiting_per_minute=self._c.demand.waits_since(pool, since),
+        )
+
+    async def _scale(self, namespace: str, name: str, replicas: int) -> None:
+        await self._c.client.patch(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}/{name}",
+            {"spec": {"replicas": replicas}},
+        )
+
+    async def _carry_out(
+        self,
+        body: Mapping[str, Any],
+        spec: ProxyPoolSpec,
+        wanted_hash: str,
+        step: Plan,
+        expected: _Expectations,
+        post_event: PostEvent,
+        now: float,
+    ) -> None:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        pool = f"{namespace}/{name}"
+        proxies = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+        for _ in range(step.create):
+            proxy = _new_proxy(body, spec, wanted_hash)
+            try:
+                await self._c.client.create(proxies, proxy)
+            except ApiError as error:
+                if error.status == 409:  # a name taken: the next round tries another
+                    continue
+                raise
+            proxy_name = proxy["metadata"]["name"]
+            expected.created[proxy_name] = (now + EXPECTATION_SECONDS, wanted_hash)
+            logger.info("pool %s: created proxy %s", pool, proxy_name)
+        if step.create:
+            post_event("Normal", "Created", f"created {step.create} proxies")
+        for drain in step.drain:
+            await self._patch_proxy(
+                f"{proxies}/{drain.name}",
+                {"metadata": {"annotations": {DRAINING_ANNOTATION: format_time(now)}}},
+            )
+            expected.drained[drain.name] = now
+            post_event("Normal", "Draining", f"proxy {drain.name}: {drain.reason}")
+            logger.info("pool %s: draining proxy %s (%s)", pool, drain.name, drain.reason)
+            if self._c.metrics is not None:
+                self._c.metrics.drained(pool, drain.reason)
+        for proxy_name in step.delete:
+            await self._c.client.delete(f"{proxies}/{proxy_name}")
+            expected.deleted[proxy_name] = now + EXPECTATION_SECONDS
+            expected.drained.pop(proxy_name, None)
+            post_event("Normal", "Deleted", f"proxy {proxy_name} drained and deleted")
+            logger.info("pool %s: deleted drained proxy %s", pool, proxy_name)
+
+    async def _patch_proxy(self, path: str, patch: dict[str, Any]) -> None:
+        try:
+            await self._c.client.patch(path, patch)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    async def _write_status(
+        self,
+        body: Mapping[str, Any],
+        spec: ProxyPoolSpec,
+        members: Sequence[Member],
+        step: Plan,
+        demand: Demand,
+        low_use_since: float | None,
+        last_scale: str | None,
+        limited: str | None,
+        wanted_hash: str,
+    ) -> None:
+        meta = body["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        active = [m for m in members if not m.draining]
+        ready = sum(1 for m in active if m.ready)
+        previous = _status_of(body).conditions
+        moment = format_time(self._c.clock())
+        floor = max(spec.replicas - spec.strategy.max_unavailable, 0)
+        settled = step.idle and step.stale == 0 and ready == len(active) == spec.replicas
+        conditions = [
+            _condition(
+                previous,
+                moment,
+                AVAILABLE,
+                ready >= floor and (ready > 0 or spec.replicas == 0),
+                "MinimumReplicasReady" if ready >= floor else "MinimumReplicasUnavailable",
+                f"{ready} of {spec.replicas} proxies Ready",
+            ),
+            _condition(
+                previous,
+                moment,
+                PROGRESSING,
+                not settled,
+                "Converged" if settled else "Converging",
+                f"{len(active)} proxies, {step.stale} to replace, "
+                f"{len(members) - len(active)} draining",
+            ),
+            _condition(
+                previous,
+                moment,
+                SCALING_LIMITED,
+                limited is not None,
+                limited or "WithinBounds",
+                "demand asks for more than maxReplicas" if limited else "",
+            ),
+        ]
+        status = ProxyPoolStatus(
+            replicas=len(active),
+            ready_replicas=ready,
+            leased_replicas=sum(1 for m in members if m.leases),
+            draining_replicas=len(members) - len(active),
+            updated_replicas=sum(1 for m in active if m.template_hash == wanted_hash),
+            selector=f"{POOL_LABEL}={name}",
+            observed_generation=int(meta.get("generation", 1)),
+            demand=demand,
+            low_use_since=format_time(low_use_since) if low_use_since is not None else None,
+            last_scale_time=last_scale,
+            conditions=conditions,
+        )
+        document = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        pool = f"{namespace}/{name}"
+        if self._written.get(pool) == document:
+            return
+        try:
+            await self._c.client.patch(
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}/{name}/status",
+                {"status": {**_NULLED, **document}},
+            )
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return
+        self._written[pool] = document
+
+
+# Optional status fields a merge patch must clear when they are unset.
+_NULLED: dict[str, None] = {"lowUseSince": None, "lastScaleTime": None}
+
+_KNOWN = {f.alias or n for n, f in ProxyPoolStatus.model_fields.items()}
+
+
+def _status_of(body: Mapping[str, Any]) -> ProxyPoolStatus:
+    raw = body.get("status") or {}
+    try:
+        return ProxyPoolStatus.model_validate({k: v for k, v in raw.items() if k in _KNOWN})
+    except ValidationError:
+        return ProxyPoolStatus()
+
+
+def _condition(
+    previous: Sequence[Condition], now: str, kind: str, true: bool, reason: str, message: str
+) -> Condition:
+    status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
+    before = next((c for c in previous if c.type == kind), None)
+    moment = before.last_transition_time if before is not None and before.status == status else now
+    return Condition(
+        type=kind, status=status, reason=reason, message=message, last_transition_time=moment
+    )
+
+
+def _new_proxy(pool: Mapping[str, Any], spec: ProxyPoolSpec, wanted_hash: str) -> dict[str, Any]:
+    meta = pool["metadata"]
+    template = pool["spec"]["template"]
+    suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+    labels = {
+        **spec.template.metadata.labels,
+        POOL_LABEL: meta["name"],
+        TEMPLATE_HASH_LABEL: wanted_hash,
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": f"{meta['name']}-{suffix}",
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": POOL_KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }

@@ -1,0 +1,35 @@
+"""kopf registration of the pool controller: a timer per ProxyPool, beside the Proxy handlers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from egress_proxies.model import GROUP, VERSION
+from egress_proxies.pool_model import POOL_PLURAL
+from egress_proxies.pools.controller import PoolController
+
+DEFAULT_INTERVAL = 1.0
+
+
+def register_pools(
+    registry: kopf.OperatorRegistry,
+    controller: PoolController,
+    interval: float = DEFAULT_INTERVAL,
+) -> None:
+    """Run one controller round per pool every `interval` seconds."""
+    resource = (GROUP, VERSION, POOL_PLURAL)
+
+    @kopf.timer(*resource, interval=interval, registry=registry)
+    async def pool_round(body: kopf.Body, **_: Any) -> None:
+        def post_event(kind: str, reason: str, message: str) -> None:
+            kopf.event(body, type=kind, reason=reason, message=message)
+
+        await controller.reconcile(body, post_event)
+
+    @kopf.on.event(*resource, registry=registry)
+    async def pool_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            controller.forget(body["metadata"]["namespace"], body["metadata"]["name"])
