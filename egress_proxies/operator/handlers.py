@@ -18,7 +18,7 @@ import kopf
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.kube import ApiError, Credentials, KubeClient
+from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
     FINALIZER,
@@ -79,7 +79,6 @@ class Components:
     """Everything the handlers use, built by the composition root."""
 
     client: KubeClient
-    credentials: Credentials
     runner: StackRunner
     writer: StatusWriter
     fleet: Fleet
@@ -148,15 +147,6 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     """Register every handler on `registry`."""
     c = components
     resource = (GROUP, VERSION, PLURAL)
-
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(
-            server=c.credentials.server,
-            ca_data=c.credentials.ca_pem,
-            scheme="Bearer",
-            token=c.credentials.current_token(),
-        )
 
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -18,12 +18,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.health.clock import Clock, LoopClock
 from egress_proxies.health.policy import HealthReport
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import ApiError, TransportError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.reconcile import set_condition
@@ -162,7 +160,7 @@ class HealthStatusPump:
         for held in due:
             try:
                 await self._write(held.report)
-            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
+            except (ApiError, TransportError) as error:
                 self.failures += 1
                 held.failures += 1
                 delay = retry_delay(held.failures)

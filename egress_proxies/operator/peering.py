@@ -19,10 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import ApiError, KubeClient, TransportError
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -161,7 +159,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
+            except (ApiError, TransportError) as error:
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now
