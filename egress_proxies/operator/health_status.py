@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.health.clock import Clock, LoopClock
 from egress_proxies.health.policy import HealthReport
-from egress_proxies.kube import ApiError, TransportError
+from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.reconcile import set_condition
@@ -160,7 +160,7 @@ class HealthStatusPump:
         for held in due:
             try:
                 await self._write(held.report)
-            except (ApiError, TransportError) as error:
+            except (ApiError, OSError) as error:  # TransportError is an OSError
                 self.failures += 1
                 held.failures += 1
                 delay = retry_delay(held.failures)

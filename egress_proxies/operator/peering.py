@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, KubeClient, TransportError
+from egress_proxies.kube import ApiError, KubeClient
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -159,7 +159,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, TransportError) as error:
+            except (ApiError, OSError) as error:  # TransportError is an OSError
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now
