@@ -6,7 +6,7 @@ real cluster. See docs/development.md.
 
 from egress_proxies.devcluster.cluster import DevCluster, install_crds
 from egress_proxies.devcluster.controlplane import StartupError, StateLayout
-from egress_proxies.kube.client import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
 from egress_proxies.toolchain import MissingToolError
 
 __all__ = [

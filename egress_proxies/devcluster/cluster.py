@@ -27,7 +27,7 @@ import yaml
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
 from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
-from egress_proxies.kube.client import ApiError, KubeClient
+from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.toolchain import MissingToolError
 
 Progress = Callable[[str], None]

@@ -1,6 +1,7 @@
 """etcd + kube-apiserver + kube-controller-manager as local processes on loopback.
 
-Token authentication (a static admin token) and RBAC authorization are on,
+Token and client-certificate authentication (a static admin token; an admin
+certificate in group system:masters) and RBAC authorization are on,
 as in a real cluster. The controller manager runs only the controllers a
 cluster without nodes still needs: namespace deletion, service accounts and
 their tokens, the root CA ConfigMap, and ownerReference garbage collection.
@@ -21,7 +22,7 @@ from egress_proxies import toolchain
 from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube.client import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
 
 CONTROLLERS = (
     "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector"
@@ -43,8 +44,13 @@ class StateLayout:
 
     @property
     def kubeconfig(self) -> Path:
-        """The admin kubeconfig."""
+        """The admin kubeconfig (a bearer token)."""
         return self.root / "kubeconfig"
+
+    @property
+    def kubeconfig_cert(self) -> Path:
+        """The same admin, authenticated by a client certificate (group system:masters)."""
+        return self.root / "kubeconfig-cert"
 
     @property
     def pki(self) -> Path:
@@ -109,11 +115,16 @@ class ControlPlane:
         token = ensure_token(self.layout.pki / "admin.token")
         etcd_url = await self._start_etcd()
         api_port = free_port()
-        credentials = Credentials(
-            server=f"https://127.0.0.1:{api_port}", token=token, ca_pem=pki.ca_cert.read_bytes()
-        )
+        server, ca_pem = f"https://127.0.0.1:{api_port}", pki.ca_cert.read_bytes()
+        credentials = Credentials.from_token(server, ca_pem, token)
         write_kubeconfig(self.layout.kubeconfig, credentials)
-        await self._start_apiserver(pki, etcd_url, api_port, token)
+        write_kubeconfig(
+            self.layout.kubeconfig_cert,
+            Credentials.from_client_certificate(
+                server, ca_pem, pki.admin_cert.read_bytes(), pki.admin_key.read_bytes()
+            ),
+        )
+        await self._start_apiserver(pki, etcd_url, api_port, token, credentials)
         self.credentials = credentials
         await self._start_controller_manager(pki)
         await self._wait_for_default_service_account(credentials)
@@ -157,7 +168,9 @@ class ControlPlane:
         await _wait_until(child, lambda: _http_ok(f"{client_url}/health"), "etcd", 60)
         return client_url
 
-    async def _start_apiserver(self, pki: ClusterPki, etcd_url: str, port: int, token: str) -> None:
+    async def _start_apiserver(
+        self, pki: ClusterPki, etcd_url: str, port: int, token: str, admin: Credentials
+    ) -> None:
         token_file = self.layout.pki / "tokens.csv"
         token_file.write_text(f'{token},dev-admin,dev-admin,"system:masters"\n')
         token_file.chmod(0o600)
@@ -186,9 +199,7 @@ class ControlPlane:
                 "--v=1",
             ],
         )
-        probe = KubeClient(
-            Credentials(f"https://127.0.0.1:{port}", token, pki.ca_cert.read_bytes())
-        )
+        probe = KubeClient(admin)
         try:
             await _wait_until(child, lambda: _readyz(probe), "kube-apiserver", 120)
         finally:
@@ -232,7 +243,7 @@ class ControlPlane:
 async def _readyz(client: KubeClient) -> bool:
     try:
         await client.get_text("/readyz")
-    except (ApiError, OSError):
+    except (ApiError, OSError):  # TransportError is an OSError
         return False
     return True
 

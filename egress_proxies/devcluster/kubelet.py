@@ -39,7 +39,7 @@ from egress_proxies.devcluster.squidpod import (
     volume_files,
 )
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube.client import ApiError, JsonObject, KubeClient
+from egress_proxies.kube import ApiError, JsonObject, KubeClient
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Key material of a dev cluster: a CA, the API server's serving cert, the service-account key.
+"""Key material of a dev cluster: a CA, the API server's serving cert, an admin client cert,
+the service-account key.
 
 Everything is generated once per state directory and reused by later `up`s,
 so kubeconfigs written earlier stay valid.
@@ -30,6 +31,8 @@ class ClusterPki:
     serving_key: Path
     service_account_key: Path
     service_account_pub: Path
+    admin_cert: Path
+    admin_key: Path
 
 
 def ensure_pki(directory: Path) -> ClusterPki:
@@ -42,6 +45,8 @@ def ensure_pki(directory: Path) -> ClusterPki:
         serving_key=directory / "apiserver.key",
         service_account_key=directory / "sa.key",
         service_account_pub=directory / "sa.pub",
+        admin_cert=directory / "admin.crt",
+        admin_key=directory / "admin.key",
     )
     if not pki.ca_cert.exists():
         ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -49,19 +54,15 @@ def ensure_pki(directory: Path) -> ClusterPki:
         _write_key(pki.ca_key, ca_key)
         pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     if not pki.serving_cert.exists():
-        ca_key_loaded = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
-        assert isinstance(ca_key_loaded, ec.EllipticCurvePrivateKey)
-        ca_cert_loaded = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
-        serving_key = ec.generate_private_key(ec.SECP256R1())
-        serving_cert = issue_certificate(
+        _issue(
+            pki,
+            pki.serving_cert,
+            pki.serving_key,
             "kube-apiserver",
-            serving_key,
-            ca_key_loaded,
-            ca_cert_loaded,
             hosts=["127.0.0.1", "localhost", "kubernetes.default.svc"],
         )
-        _write_key(pki.serving_key, serving_key)
-        pki.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
+    if not pki.admin_cert.exists():
+        _issue(pki, pki.admin_cert, pki.admin_key, "dev-admin", organization="system:masters")
     if not pki.service_account_key.exists():
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(pki.service_account_key, sa_key)
@@ -73,6 +74,27 @@ def ensure_pki(directory: Path) -> ClusterPki:
     return pki
 
 
+def _issue(
+    pki: ClusterPki,
+    cert_path: Path,
+    key_path: Path,
+    common_name: str,
+    *,
+    hosts: list[str] | None = None,
+    organization: str | None = None,
+) -> None:
+    """Sign a new key's certificate with the cluster CA and write both."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = issue_certificate(
+        common_name, key, ca_key, ca_cert, hosts=hosts, organization=organization
+    )
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
 def issue_certificate(
     common_name: str,
     key: ec.EllipticCurvePrivateKey,
@@ -81,9 +103,17 @@ def issue_certificate(
     *,
     is_ca: bool = False,
     hosts: list[str] | None = None,
+    organization: str | None = None,
 ) -> x509.Certificate:
-    """Sign a certificate for `key` (self-signed when `issuer` is None)."""
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    """Sign a certificate for `key` (self-signed when `issuer` is None).
+
+    The API server reads a client certificate's CN as the user name and each
+    O as a group (`system:masters` is the built-in superuser group).
+    """
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    subject = x509.Name(attributes)
     now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()

@@ -1,11 +1,24 @@
-"""A small async Kubernetes REST client shared by the operator, the dev cluster and the tests."""
+"""Kubernetes API access shared by the operator, the dev cluster and the tests (over lightkube)."""
 
-from egress_proxies.kube.client import (
+from egress_proxies.kube.client import JsonObject, KubeClient
+from egress_proxies.kube.config import Credentials, LoginMaterial, write_kubeconfig
+from egress_proxies.kube.errors import (
     ApiError,
-    Credentials,
-    JsonObject,
-    KubeClient,
-    write_kubeconfig,
+    ConflictError,
+    KubeConfigError,
+    NotFoundError,
+    TransportError,
 )
 
-__all__ = ["ApiError", "Credentials", "JsonObject", "KubeClient", "write_kubeconfig"]
+__all__ = [
+    "ApiError",
+    "ConflictError",
+    "Credentials",
+    "JsonObject",
+    "KubeClient",
+    "KubeConfigError",
+    "LoginMaterial",
+    "NotFoundError",
+    "TransportError",
+    "write_kubeconfig",
+]

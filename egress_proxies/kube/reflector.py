@@ -21,7 +21,8 @@ from enum import Enum
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from egress_proxies.kube.client import ApiError, JsonObject
+from egress_proxies.kube.client import JsonObject
+from egress_proxies.kube.errors import ApiError
 
 logger = logging.getLogger(__name__)
 

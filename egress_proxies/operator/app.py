@@ -59,6 +59,7 @@ from egress_proxies.operator.handlers import (
 )
 from egress_proxies.operator.health_status import HealthStatusPump, never_paused
 from egress_proxies.operator.instances import InstanceCache
+from egress_proxies.operator.login import register_login
 from egress_proxies.operator.peering import (
     DEFAULT_PEERING,
     CachedGate,
@@ -282,7 +283,6 @@ class Operator:
         self.requeue = Requeue(self._touch_requeue)
         self.components = Components(
             client=self.client,
-            credentials=self.credentials,
             runner=self.runner,
             writer=self.writer,
             fleet=self.fleet,
@@ -296,6 +296,7 @@ class Operator:
             policy=settings.retry,
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
         )
+        register_login(self.registry, self.credentials)
         register(self.registry, self.components)
         self.demand = DemandBook()
         self.pools = PoolController(

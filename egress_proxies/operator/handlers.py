@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.kube import ApiError, Credentials, KubeClient
+from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
@@ -80,7 +80,6 @@ class Components:
     """Everything the handlers use, built by the composition root."""
 
     client: KubeClient
-    credentials: Credentials
     runner: StackRunner
     writer: StatusWriter
     fleet: Fleet
@@ -149,15 +148,6 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     """Register every handler on `registry`."""
     c = components
     resource = (GROUP, VERSION, PLURAL)
-
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(
-            server=c.credentials.server,
-            ca_data=c.credentials.ca_pem,
-            scheme="Bearer",
-            token=c.credentials.current_token(),
-        )
 
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
-
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.health.clock import Clock, LoopClock
@@ -162,7 +160,7 @@ class HealthStatusPump:
         for held in due:
             try:
                 await self._write(held.report)
-            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
+            except (ApiError, OSError) as error:  # TransportError is an OSError
                 self.failures += 1
                 held.failures += 1
                 delay = retry_delay(held.failures)

@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, KubeClient
 
@@ -161,7 +159,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
+            except (ApiError, OSError) as error:  # TransportError is an OSError
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now

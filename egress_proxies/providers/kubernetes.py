@@ -50,9 +50,7 @@ class KubernetesInventory:
         for kind in KINDS:
             for path in self._collection_paths(kind):
                 try:
-                    listing = await self._client.request(
-                        "GET", path, params={"labelSelector": UID_LABEL}
-                    )
+                    listing = await self._client.list(path, label_selector=UID_LABEL)
                 except (ApiError, OSError) as error:
                     raise InventoryError(f"listing {kind} failed: {error}") from error
                 instances += [_tagged(kind, item) for item in listing.get("items", [])]

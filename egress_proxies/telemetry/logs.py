@@ -135,4 +135,6 @@ def setup_logging(env: Mapping[str, str], stream: TextIO | None = None) -> loggi
     for existing in root.handlers[:]:
         root.removeHandler(existing)
     root.addHandler(handler)
+    # The Kubernetes client's HTTP library logs every request at INFO.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     return handler

@@ -8,13 +8,12 @@ import datetime
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import pytest
 
 from egress_proxies.catalog import proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.health import HealthReport, ManualClock
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import ApiError, TransportError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.health_status import (
     PAUSED_RECHECK_SECONDS,
@@ -174,7 +173,7 @@ async def test_a_client_error_is_retried_too(clock: ManualClock) -> None:
         async def update(self, body: Mapping[str, Any], mutate: Mutation) -> ProxyStatus:
             if not self.attempts:
                 self.attempts += 1
-                raise aiohttp.ServerDisconnectedError()
+                raise TransportError("Server disconnected")
             return await super().update(body, mutate)
 
     disconnecting = Disconnecting()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-import aiohttp
-
+from egress_proxies.kube import TransportError
 from egress_proxies.operator.peering import (
     CachedGate,
     Peer,
@@ -107,7 +106,7 @@ async def test_the_status_pump_s_gate_reads_peering_at_most_every_max_age() -> N
 async def test_a_peering_object_that_cannot_be_read_pauses_and_raises_nothing() -> None:
     class Disconnecting:
         async def get(self, path: str) -> dict[str, Any]:
-            raise aiohttp.ServerDisconnectedError()
+            raise TransportError("Server disconnected")
 
     peering = Peering(Disconnecting(), "egress-proxies", 0, ME, ())  # type: ignore[arg-type]
     reason = await peering.sweep_blocker()
