@@ -293,6 +293,28 @@ def _claim(
         patch.metadata.annotations[OWNER_ANNOTATION] = c.shard.name
 
 
+async def _drop_unsharded_finalizer(c: Components, body: Mapping[str, Any]) -> None:
+    """Remove the unsharded operator's finalizer from a Proxy this shard holds with its own.
+
+    Left by the operator a fleet was split from, no running operator would
+    ever remove it, and the Proxy could not be deleted. Conditional on the
+    resourceVersion: a conflict leaves it for the next run.
+    """
+    meta = body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if c.shard is None or FINALIZER not in finalizers or c.shard.finalizer not in finalizers:
+        return
+    kept = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
+    patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+    try:
+        await c.client.patch(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{PLURAL}/{meta['name']}", patch
+        )
+    except ApiError as error:
+        if error.status not in (404, 409):
+            raise
+
+
 def is_managed(spec: kopf.Spec, **_: Any) -> bool:
     """Whether a Proxy is provisioned by the operator (its spec.mode is not External)."""
     return spec.get("mode") != Mode.EXTERNAL.value
@@ -388,6 +410,7 @@ async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> 
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
     c.requeue.cancel(view.namespace, view.name)
+    await _drop_unsharded_finalizer(c, body)
     observed = await _observe(c, view, body)
     decision = machine.decide(view, observed, now(), c.policy)
     await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))

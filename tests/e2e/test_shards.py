@@ -108,6 +108,12 @@ def labelled(name: str, shard: str | None) -> dict[str, Any]:
     return body
 
 
+def left_by_an_unsharded_operator(body: dict[str, Any]) -> dict[str, Any]:
+    """A Proxy as the operator a fleet was split from left it: with the unsharded finalizer."""
+    body["metadata"]["finalizers"] = [FINALIZER]
+    return body
+
+
 async def pods_of(kube: KubeClient, namespace: str, uid: str) -> list[dict[str, Any]]:
     listing = await kube.request(
         "GET",
@@ -124,7 +130,8 @@ async def test_each_shard_provisions_only_its_own_proxies(
     tmp_path: Path,
 ) -> None:
     kube, ns = shard_kube, shard_namespace
-    for name, shard in (("pa", "a"), ("pb", "b"), ("nobodys", None)):
+    await kube.create(proxy_path(ns), left_by_an_unsharded_operator(labelled("pa", "a")))
+    for name, shard in (("pb", "b"), ("nobodys", None)):
         await kube.create(proxy_path(ns), labelled(name, shard))
     bodies = {
         name: await wait_for_condition(kube, ns, name, "Provisioned", "True", timeout=180)
@@ -134,7 +141,7 @@ async def test_each_shard_provisions_only_its_own_proxies(
     assert stack_ls(shards["a"], tmp_path) == [f"{ns}.pa"]
     assert stack_ls(shards["b"], tmp_path) == [f"{ns}.pb"]
     for name, shard in (("pa", "a"), ("pb", "b")):
-        meta = bodies[name]["metadata"]
+        meta = (await kube.get(proxy_path(ns, name)))["metadata"]
         assert meta["finalizers"] == [f"{FINALIZER}-{shard}"]
         pods = await pods_of(kube, ns, meta["uid"])
         assert [pod["metadata"]["labels"][SHARD_LABEL] for pod in pods] == [shard]
