@@ -194,6 +194,26 @@ async def test_neither_shards_gc_touches_the_others(
     await kube.delete(f"{pods}/orphan-unsharded")
 
 
+async def test_a_pod_missing_its_shard_label_is_relabelled_in_place(
+    shard_kube: KubeClient, shard_namespace: str, shards: dict[str, OperatorProcess]
+) -> None:
+    """What an unsharded operator's pods look like to a new shard: its GC asks for one `up`."""
+    kube, ns = shard_kube, shard_namespace
+    uid = (await kube.get(proxy_path(ns, "pb")))["metadata"]["uid"]
+    [pod] = await pods_of(kube, ns, uid)
+    path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+    await kube.patch(path, {"metadata": {"labels": {SHARD_LABEL: None}}})
+
+    async def relabelled() -> bool:
+        labels = (await kube.get(path))["metadata"].get("labels") or {}
+        return labels.get(SHARD_LABEL) == "b"
+
+    await wait_for(relabelled, timeout=90, interval=0.5)
+    assert (await kube.get(path))["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert f"GC: the instance of {ns}/pb is gone; re-reconciling" in shards["b"].log_text()
+    assert "/pb is gone" not in shards["a"].log_text()
+
+
 async def test_a_proxy_moves_between_shards_without_a_new_instance(
     shard_kube: KubeClient,
     shard_namespace: str,
