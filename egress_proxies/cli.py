@@ -191,6 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
         "the same one pauses both ($EGRESS_PROXIES_PEERING_PRIORITY, default 0)",
     )
     run.add_argument(
+        "--shard-selector",
+        default=os.environ.get("EGRESS_PROXIES_SHARD_SELECTOR"),
+        help="own only the Proxies this label selector picks, e.g. shard=a "
+        '($EGRESS_PROXIES_SHARD_SELECTOR; see docs/operations.md "Sharding")',
+    )
+    run.add_argument(
+        "--shard-name",
+        default=os.environ.get("EGRESS_PROXIES_SHARD_NAME"),
+        help="this shard's name in labels, finalizer and peering object "
+        "($EGRESS_PROXIES_SHARD_NAME; default: derived from --shard-selector)",
+    )
+    run.add_argument(
         "--standalone",
         action="store_true",
         default=os.environ.get("EGRESS_PROXIES_STANDALONE") == "true",
@@ -311,6 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_operator,
         )
         from egress_proxies.operator.backoff import RetryPolicy  # noqa: PLC0415
+        from egress_proxies.operator.shard import ShardError, shard_from_flags  # noqa: PLC0415
+
+        try:
+            shard = shard_from_flags(args.shard_name, args.shard_selector, args.namespaces)
+        except ShardError as error:
+            print(f"egress-proxies: {error}", file=sys.stderr)
+            return 2
 
         return run_operator(
             OperatorSettings(
@@ -344,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lease_cooldown_window=args.lease_cooldown,
                 lease_ban_backoff_cap=args.lease_ban_backoff_cap,
                 lease_rate_limit_window=args.lease_rate_limit_cooldown,
+                shard=shard,
                 lease_store=args.lease_store,
                 lease_store_prefix=args.lease_store_prefix,
                 lease_store_timeout=args.lease_store_timeout,

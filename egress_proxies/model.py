@@ -25,6 +25,8 @@ EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
 CLOUD_INIT_LABEL = f"{GROUP}/cloud-init"
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 FINALIZER = f"{GROUP}/finalizer"
+# On everything a sharded operator creates (pods, ConfigMaps, Secrets): the shard's name.
+SHARD_LABEL = f"{GROUP}/shard"
 
 DEFAULT_SQUID_IMAGE = "ubuntu/squid:6.10-24.10_beta"
 # The `proxy` user of the Ubuntu and Debian squid images.

@@ -34,13 +34,22 @@ class OperatorProcess:
     metrics_url: str
     child: Child | None = None
     starts: int = field(default=0)
+    args: list[str] = field(default_factory=list)  # more `run` flags, e.g. --shard-selector
 
     def start(self) -> None:
         """Start (or restart) the operator."""
         self.starts += 1
         self.child = spawn(
             f"operator-{self.starts}",
-            [sys.executable, "-m", "egress_proxies.cli", "run", "--namespace", self.namespace],
+            [
+                sys.executable,
+                "-m",
+                "egress_proxies.cli",
+                "run",
+                "--namespace",
+                self.namespace,
+                *self.args,
+            ],
             pid_dir=self.state_dir / "test-pids",
             log=self.log,
             env=self.env,

@@ -15,6 +15,12 @@ backend, and the instances each provider lists by UID label.
   to the next sweep (`orphaned_since`); a stack whose Proxy is back drops out.
 - A live Proxy whose stack names an instance that its provider's complete
   listing lacks (deleted out of band) is re-reconciled, so `up` recreates it.
+  Only a Proxy of this operator's shard: one moving to another shard has
+  its instance relabelled by the new owner, out of this shard's listing.
+
+Sharded operators (operator/shard.py) list only their own shard's instances
+and skip any stack recording another shard; every Proxy in the cluster,
+whoever owns it, still counts as live.
 
 A provider whose listing failed, or is partial, contributes no deletions
 and no drift: missing from an incomplete list proves nothing.
@@ -32,10 +38,11 @@ from egress_proxies.providers.inventory import InstanceId, InventoryListing, Tag
 
 @dataclass(frozen=True)
 class LiveProxy:
-    """A Proxy that exists (deleting or not)."""
+    """A Proxy that exists (deleting or not); `owned`: this operator's shard selects it."""
 
     stack: str
     uid: str
+    owned: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class StackRecord:
     uid: str | None
     provider: ProviderName | None
     instance_id: str | None
+    shard: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,18 @@ def plan_sweep(
     now: datetime.datetime,
     min_age: datetime.timedelta,
     orphaned_since: Mapping[str, datetime.datetime] | None = None,
+    shard: str | None = None,
 ) -> SweepPlan:
     """Decide the sweep from one read of Proxies, stacks and inventories.
 
     `orphaned_since` is the previous plan's: when each stack was first seen
-    without its Proxy.
+    without its Proxy. `shard` is this operator's shard (None: unsharded);
+    stacks recording another shard are left alone.
     """
+    stacks = [stack for stack in stacks if stack.shard in (None, shard)]
     live_uids = {proxy.uid for proxy in proxies}
     live_stacks = {proxy.stack for proxy in proxies}
+    owned = {proxy.stack for proxy in proxies if proxy.owned}
     stack_uids = {stack.uid for stack in stacks if stack.uid}
     delete = tuple(
         instance
@@ -98,7 +110,7 @@ def plan_sweep(
     reconcile = tuple(
         stack.name
         for stack in stacks
-        if stack.name in live_stacks
+        if stack.name in owned
         and stack.provider in listed
         and stack.instance_id
         and stack.instance_id not in listed[stack.provider]

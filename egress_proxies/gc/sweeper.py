@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube.selectors import LabelSelector
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
 from egress_proxies.stacks import outputs as stack_outputs
@@ -124,8 +125,15 @@ class Sweeper:
         spans: SweepSpans | None = None,
         gate: Gate = always_sweep,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        shard: str | None = None,
+        selector: LabelSelector | None = None,
     ) -> None:
-        if namespaces and not allow_namespaced:
+        """`shard`, `selector`: a sharded operator's name and the Proxies it owns.
+
+        A shard's inventories list only its own instances, so it sweeps even
+        when it watches only some namespaces.
+        """
+        if namespaces and not allow_namespaced and shard is None:
             raise SweepRefusedError(
                 "the operator watches only some namespaces, so the GC cannot tell orphans "
                 "from other operators' instances; pass --gc-allow-namespaced to sweep anyway"
@@ -142,6 +150,8 @@ class Sweeper:
         self._spans = spans or _Untraced()
         self._gate = gate
         self._clock = clock
+        self._shard = shard
+        self._selector = selector
         self.last: SweepReport | None = None
         self._orphaned_since: Mapping[str, datetime.datetime] = {}
 
@@ -193,7 +203,7 @@ class Sweeper:
 
     async def _sweep(self) -> SweepReport:
         try:
-            proxies = await list_live_proxies(self._client, self._namespaces)
+            proxies = await list_live_proxies(self._client, self._namespaces, self._selector)
         except (ApiError, OSError) as error:
             return SweepReport(skipped=f"listing Proxies failed: {error}")
         listings: dict[ProviderName, InventoryListing] = {}
@@ -213,6 +223,7 @@ class Sweeper:
             now=self._clock(),
             min_age=self._min_age,
             orphaned_since=self._orphaned_since,
+            shard=self._shard,
         )
         self._orphaned_since = plan.orphaned_since
         return await self._act(plan)
@@ -263,8 +274,13 @@ class Sweeper:
         )
 
 
-async def list_live_proxies(client: KubeClient, namespaces: tuple[str, ...]) -> list[LiveProxy]:
-    """Every Proxy (deleting or not) in `namespaces`, or in the cluster when none are given."""
+async def list_live_proxies(
+    client: KubeClient, namespaces: tuple[str, ...], selector: LabelSelector | None = None
+) -> list[LiveProxy]:
+    """Every Proxy (deleting or not) in `namespaces`, or in the cluster when none are given.
+
+    All of them, whichever shard owns them; `owned` says which `selector` picks.
+    """
     paths = (
         [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces]
         if namespaces
@@ -273,7 +289,7 @@ async def list_live_proxies(client: KubeClient, namespaces: tuple[str, ...]) -> 
     proxies: list[LiveProxy] = []
     for path in paths:
         listing = await client.get(path)
-        proxies += [_live(item) for item in listing.get("items", [])]
+        proxies += [_live(item, selector) for item in listing.get("items", [])]
     return proxies
 
 
@@ -289,6 +305,7 @@ def read_stack_records(backend: FileBackend) -> list[StackRecord]:
                 uid=outputs.get(stack_outputs.PROXY_UID),
                 provider=_provider(outputs.get(stack_outputs.PROVIDER)),
                 instance_id=outputs.get(stack_outputs.INSTANCE_ID),
+                shard=stack_outputs.text(outputs, stack_outputs.SHARD),
             )
         )
     return records
@@ -301,6 +318,9 @@ def _provider(value: object) -> ProviderName | None:
         return None
 
 
-def _live(item: dict[str, Any]) -> LiveProxy:
+def _live(item: dict[str, Any], selector: LabelSelector | None) -> LiveProxy:
     meta = item["metadata"]
-    return LiveProxy(stack=stack_name(meta["namespace"], meta["name"]), uid=meta["uid"])
+    owned = selector is None or selector.matches(meta.get("labels"))
+    return LiveProxy(
+        stack=stack_name(meta["namespace"], meta["name"]), uid=meta["uid"], owned=owned
+    )

@@ -68,6 +68,7 @@ from egress_proxies.operator.peering import (
     peer_identity,
 )
 from egress_proxies.operator.requeue import Requeue
+from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
@@ -125,6 +126,7 @@ class OperatorSettings:
     lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
     lease_rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW
     lease_store: str = "memory"  # or a redis://, rediss://, unix:// URL
+    shard: Shard | None = None  # None: one operator owns every Proxy it watches
     lease_store_prefix: str = "egress-proxies"
     lease_store_timeout: float = 1.0
 
@@ -212,11 +214,17 @@ class Operator:
         self.spans = Spans(trace_probes=settings.trace_health_probes)
         self.failed = False
         self.claim = StateDirClaim.acquire(settings.state_dir)
+        try:
+            bind_state_dir(settings.state_dir, settings.shard)
+        except ShardError:
+            self.claim.release()
+            raise
+        shard = settings.shard
         self.identity = peer_identity(os.environ, self.claim.peer_identity())
         self.peering = (
             Peering(
                 self.client,
-                settings.peering,
+                shard.peering(settings.peering) if shard else settings.peering,
                 settings.priority,
                 self.identity,
                 tuple(settings.namespaces),
@@ -241,14 +249,20 @@ class Operator:
             )
         )
         self.gce = (
-            GceInventory(settings.gcp_project, application_default_tokens())
+            GceInventory(
+                settings.gcp_project,
+                application_default_tokens(),
+                shard=shard.name if shard else None,
+            )
             if settings.gcp_project
             else None
         )
         inventories: list[Inventory] = [
             TracedInventory(MeteredInventory(inventory, self.metrics.providers), self.spans)
             for inventory in (
-                KubernetesInventory(self.client, tuple(settings.namespaces)),
+                KubernetesInventory(
+                    self.client, tuple(settings.namespaces), shard.name if shard else None
+                ),
                 self.gce,
             )
             if inventory is not None
@@ -266,6 +280,8 @@ class Operator:
             stack_metrics=self.metrics.stacks,
             spans=self.spans,
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
+            shard=shard.name if shard else None,
+            selector=shard.selector if shard else None,
         )
         self.gce_watcher = (
             InstanceWatcher(
@@ -295,6 +311,7 @@ class Operator:
             requeue=self.requeue,
             policy=settings.retry,
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
+            shard=shard,
         )
         register_login(self.registry, self.credentials)
         register(self.registry, self.components)
@@ -313,7 +330,8 @@ class Operator:
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
-        return f"<Operator {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
+        shard = f" {self.settings.shard!r}" if self.settings.shard else ""
+        return f"<Operator{shard} {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
 
     async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
         await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)

@@ -25,8 +25,12 @@ def credentials_secret_name(uid: str) -> str:
     return f"{instance_name(uid)}-credentials"
 
 
-def credentials_secret(body: Mapping[str, Any], credentials: ProxyCredentials) -> dict[str, Any]:
-    """The Secret object holding a Proxy's credentials."""
+def credentials_secret(
+    body: Mapping[str, Any],
+    credentials: ProxyCredentials,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Secret object holding a Proxy's credentials; `labels` beside the UID label."""
     meta = body["metadata"]
     return {
         "apiVersion": "v1",
@@ -35,7 +39,7 @@ def credentials_secret(body: Mapping[str, Any], credentials: ProxyCredentials) -
         "metadata": {
             "name": credentials_secret_name(meta["uid"]),
             "namespace": meta["namespace"],
-            "labels": {UID_LABEL: meta["uid"]},
+            "labels": {UID_LABEL: meta["uid"], **(labels or {})},
             "ownerReferences": [
                 {
                     "apiVersion": f"{GROUP}/{VERSION}",
@@ -54,9 +58,15 @@ def credentials_secret(body: Mapping[str, Any], credentials: ProxyCredentials) -
 
 
 async def ensure_credentials(
-    client: KubeClient, body: Mapping[str, Any], known: Mapping[str, str] | None
+    client: KubeClient,
+    body: Mapping[str, Any],
+    known: Mapping[str, str] | None,
+    labels: Mapping[str, str] | None = None,
 ) -> ProxyCredentials:
-    """The Proxy's credentials: from the watch cache, else the API, else newly generated."""
+    """The Proxy's credentials: from the watch cache, else the API, else newly generated.
+
+    A generated Secret carries `labels` (the operator shard's) beside the UID label.
+    """
     if known and "username" in known and "password" in known:
         return ProxyCredentials(known["username"], known["password"])
     meta = body["metadata"]
@@ -75,10 +85,10 @@ async def ensure_credentials(
         )
     generated = ProxyCredentials(USERNAME, secrets.token_urlsafe(24))
     try:
-        await client.create(path, credentials_secret(body, generated))
+        await client.create(path, credentials_secret(body, generated, labels))
     except ApiError as error:
         if error.status == 409:  # created concurrently: use that one
-            return await ensure_credentials(client, body, None)
+            return await ensure_credentials(client, body, None, labels)
         raise
     return generated
 

@@ -47,6 +47,7 @@ from egress_proxies.operator.credentials import (
 )
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.requeue import Requeue
+from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
 from egress_proxies.operator.status import StatusWriter, status_of
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod
@@ -93,6 +94,7 @@ class Components:
     policy: RetryPolicy
     # (uid, failed up's text) -> import id of this Proxy's VM a killed up left unrecorded
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
+    shard: Shard | None = None  # None: this operator owns every Proxy it watches
 
 
 def now() -> str:
@@ -103,14 +105,14 @@ def now() -> str:
 KOPF_PREFIX = f"kopf.{GROUP}"
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def configure(settings: kopf.OperatorSettings, finalizer: str = FINALIZER) -> None:
     """Keep kopf's bookkeeping in annotations of its own prefix, and use our finalizer.
 
     kopf leaves annotations under its storage prefix out of the diff that
     triggers update handlers; ours (spec hash, cloud-init revision, reconcile
     request) must stay in it, hence a prefix of kopf's own.
     """
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = finalizer
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_PREFIX, key="last-handled-configuration"
@@ -151,7 +153,10 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
+        configure(settings, c.shard.finalizer if c.shard else FINALIZER)
+
+    def owned(labels: kopf.Labels, **_: Any) -> bool:
+        return c.shard is None or c.shard.owns(labels)
 
     # Every handler that touches the fleet is async: kopf runs sync handlers in
     # worker threads, and the fleet is read on the event loop without locks.
@@ -168,8 +173,10 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             except StoreUnavailableError as error:
                 # The finalizer's delete handler ended them already, or retries until it does.
                 logger.warning("proxy %s gone, its leases not ended yet: %s", meta["name"], error)
-        else:
+        elif owned(body.get("metadata", {}).get("labels") or {}):
             c.fleet.put_proxy(dict(body))
+        else:
+            await _release(c, body)
 
     async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
@@ -201,9 +208,9 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
                 {"metadata": {"annotations": {CLOUD_INIT_REVISION_ANNOTATION: revision}}},
             )
 
-    @kopf.on.resume(*resource, registry=registry)
-    @kopf.on.create(*resource, registry=registry)
-    @kopf.on.update(*resource, registry=registry)
+    @kopf.on.resume(*resource, registry=registry, when=owned)
+    @kopf.on.create(*resource, registry=registry, when=owned)
+    @kopf.on.update(*resource, registry=registry, when=owned)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
@@ -215,7 +222,9 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
     # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
     # on objects that a delete handler matches, so External ones get none.
-    @kopf.on.delete(*resource, registry=registry, when=is_managed)
+    @kopf.on.delete(
+        *resource, registry=registry, when=lambda **kw: is_managed(**kw) and owned(**kw)
+    )
     async def delete(body: kopf.Body, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
@@ -240,6 +249,65 @@ def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> 
             return
         meta = proxy["metadata"]
         await touch(c, meta["namespace"], meta["name"], INSTANCE_STATE_ANNOTATION, seen.signature)
+
+
+async def _release(c: Components, body: kopf.Body) -> None:
+    """A Proxy this shard does not select: stop handling it; forget its stack once another owns it.
+
+    The stack is kept (and the Proxy left unreconciled) until the new shard
+    records itself as owner, so a move to a shard that is not running loses
+    nothing; `forget` leaves the resources to the new owner's stack.
+    """
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if c.fleet.proxy(namespace, name) is not None:
+        logger.info("%s/%s is no longer selected by this shard; releasing it", namespace, name)
+        c.fleet.remove_proxy(namespace, name)
+        c.writer.forget(namespace, name)
+        c.instances.forget_proxy(meta["uid"])
+        c.requeue.cancel(namespace, name)
+    owner = (meta.get("annotations") or {}).get(OWNER_ANNOTATION)
+    stack = stack_name(namespace, name)
+    if c.shard and owner and owner != c.shard.name and c.runner.backend.exists(stack):
+        logger.warning(
+            "stack %s: shard %s owns %s/%s now; forgetting", stack, owner, namespace, name
+        )
+        await c.runner.forget(stack)
+
+
+def _claim(
+    c: Components, view: machine.ProxyView, body: Mapping[str, Any], patch: kopf.Patch
+) -> None:
+    """Record this shard as the owner of the Proxy's resources once its own stack holds them."""
+    if c.shard is None:
+        return
+    if (body["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION) == c.shard.name:
+        return
+    state = c.runner.state(stack_name(view.namespace, view.name))
+    if state is not None and stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID):
+        patch.metadata.annotations[OWNER_ANNOTATION] = c.shard.name
+
+
+async def _drop_unsharded_finalizer(c: Components, body: Mapping[str, Any]) -> None:
+    """Remove the unsharded operator's finalizer from a Proxy this shard holds with its own.
+
+    Left by the operator a fleet was split from, no running operator would
+    ever remove it, and the Proxy could not be deleted. Conditional on the
+    resourceVersion: a conflict leaves it for the next run.
+    """
+    meta = body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if c.shard is None or FINALIZER not in finalizers or c.shard.finalizer not in finalizers:
+        return
+    kept = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
+    patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+    try:
+        await c.client.patch(
+            f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{PLURAL}/{meta['name']}", patch
+        )
+    except ApiError as error:
+        if error.status not in (404, 409):
+            raise
 
 
 def is_managed(spec: kopf.Spec, **_: Any) -> bool:
@@ -337,6 +405,7 @@ async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> 
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
     c.requeue.cancel(view.namespace, view.name)
+    await _drop_unsharded_finalizer(c, body)
     observed = await _observe(c, view, body)
     decision = machine.decide(view, observed, now(), c.policy)
     await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
@@ -349,6 +418,7 @@ async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> 
             await _remove_instance(c, view, decision.replace_instance)
         decision = await _up(c, body, view, observed, decision, patch)
         await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
+    _claim(c, view, body, patch)
     _schedule_retry(c, view, decision)
 
 
@@ -395,7 +465,9 @@ async def _up(
             view, ErrorClass.PERMANENT, f"provider {view.spec.provider} is not enabled", now()
         )
     secret = c.fleet.secret(view.namespace, credentials_secret_name(view.uid))
-    credentials = await ensure_credentials(c.client, body, secret)
+    credentials = await ensure_credentials(
+        c.client, body, secret, c.shard.labels if c.shard else None
+    )
     inputs = ProgramInputs(
         namespace=view.namespace,
         name=view.name,
@@ -404,6 +476,7 @@ async def _up(
         spec=view.spec,
         credentials=credentials,
         cloud_init=observed.cloud_init,
+        shard=c.shard.name if c.shard else None,
     )
 
     stack = stack_name(view.namespace, view.name)

@@ -6,7 +6,10 @@ Speaks the subset of the Compute REST API it needs over aiohttp:
 
 Kubernetes label keys such as `crawl.example.com/proxy-uid` are not valid GCP
 label keys (only `[a-z0-9_-]`), so a VM carries its Proxy's UID under
-`UID_LABEL_KEY`: the VM program sets it and this inventory filters on it.
+`UID_LABEL_KEY`: the VM program sets it and this inventory filters on it. A
+sharded operator's VMs also carry `SHARD_LABEL_KEY`, and its inventory keeps
+only those (an unsharded one only VMs without it), so a shard's GC never
+judges another shard's VMs.
 
 Access tokens come from `gcp_auth` (google-auth). The Compute endpoint can
 be pointed at a local server, which is how the tests run: Google cannot be
@@ -34,6 +37,7 @@ from egress_proxies.providers.inventory import (
 )
 
 UID_LABEL_KEY = "egress-proxies-uid"
+SHARD_LABEL_KEY = "egress-proxies-shard"
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 
 _PAGE_SIZE = 500
@@ -93,18 +97,24 @@ class GceInventory:
         session: aiohttp.ClientSession | None = None,
         *,
         compute_url: str = COMPUTE_URL,
+        shard: str | None = None,
     ) -> None:
-        """`session` None: the inventory opens its own on first use, and `close` closes it."""
+        """`session` None: the inventory opens its own on first use, and `close` closes it.
+
+        `shard`: list only the VMs labelled with this operator shard (None: only unlabelled ones).
+        """
         if not _PROJECT.fullmatch(project):
             raise ValueError(f"not a GCP project id: {project!r}")
         self._project = project
+        self._shard = shard
         self._tokens = tokens
         self._session = session
         self._own_session: aiohttp.ClientSession | None = None
         self._project_url = f"{compute_url.rstrip('/')}/projects/{project}"
 
     def __repr__(self) -> str:
-        return f"<GceInventory project={self._project} api={self._project_url}>"
+        shard = f" shard={self._shard}" if self._shard else ""
+        return f"<GceInventory project={self._project}{shard} api={self._project_url}>"
 
     @property
     def project(self) -> str:
@@ -123,7 +133,7 @@ class GceInventory:
         page_token = ""
         while True:
             page = await self._list_page(page_token)
-            instances.extend(_page_instances(page))
+            instances.extend(_page_instances(page, self._shard))
             for failure in _page_failures(page):
                 failures.setdefault(failure.scope, failure)
             page_token = str(page.get("nextPageToken") or "")
@@ -187,11 +197,12 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _page_instances(page: dict[str, Any]) -> list[TaggedInstance]:
-    """The labelled VMs of one aggregatedList page, from every zone's scoped list."""
+def _page_instances(page: dict[str, Any], shard: str | None) -> list[TaggedInstance]:
+    """The labelled VMs of one aggregatedList page that belong to `shard`, from every zone."""
     scoped_lists = _dict(page.get("items")).values()
-    raws = [raw for scoped in scoped_lists for raw in _dict(scoped).get("instances") or []]
-    return [tagged for raw in raws if (tagged := _tagged_instance(_dict(raw))) is not None]
+    raws = [_dict(raw) for scoped in scoped_lists for raw in _dict(scoped).get("instances") or []]
+    mine = [raw for raw in raws if _dict(raw.get("labels")).get(SHARD_LABEL_KEY) == shard]
+    return [tagged for raw in mine if (tagged := _tagged_instance(raw)) is not None]
 
 
 def _page_failures(page: dict[str, Any]) -> list[PartialFailure]:

@@ -1,7 +1,9 @@
 """The Kubernetes inventory: every pod, ConfigMap and Secret carrying a Proxy UID label.
 
 One list call per kind across all namespaces (a label-existence selector),
-so a sweep costs three requests whatever the fleet's size. Instance ids are
+so a sweep costs three requests whatever the fleet's size. A sharded
+operator's selector also requires its shard label; an unsharded one's
+excludes every shard's objects, so no GC judges another shard's objects. Instance ids are
 `<kind>/<namespace>/<name>` (kind: pods, configmaps, secrets).
 """
 
@@ -11,7 +13,7 @@ import datetime
 from typing import Any
 
 from egress_proxies.kube import ApiError, KubeClient
-from egress_proxies.model import UID_LABEL, ProviderName
+from egress_proxies.model import SHARD_LABEL, UID_LABEL, ProviderName
 from egress_proxies.providers.inventory import (
     InstanceId,
     InstanceState,
@@ -31,13 +33,19 @@ def instance_id(kind: str, namespace: str, name: str) -> InstanceId:
 class KubernetesInventory:
     """Lists and deletes UID-labelled objects through the API server."""
 
-    def __init__(self, client: KubeClient, namespaces: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, client: KubeClient, namespaces: tuple[str, ...] = (), shard: str | None = None
+    ) -> None:
+        """`shard`: list only objects labelled with this operator shard (None: only unlabelled)."""
         self._client = client
         self._namespaces = namespaces
+        self._selector = (
+            f"{UID_LABEL},{SHARD_LABEL}={shard}" if shard else f"{UID_LABEL},!{SHARD_LABEL}"
+        )
 
     def __repr__(self) -> str:
         scope = ",".join(self._namespaces) or "all namespaces"
-        return f"<KubernetesInventory {scope}>"
+        return f"<KubernetesInventory {scope} [{self._selector}]>"
 
     @property
     def provider(self) -> ProviderName:
@@ -50,7 +58,7 @@ class KubernetesInventory:
         for kind in KINDS:
             for path in self._collection_paths(kind):
                 try:
-                    listing = await self._client.list(path, label_selector=UID_LABEL)
+                    listing = await self._client.list(path, label_selector=self._selector)
                 except (ApiError, OSError) as error:
                     raise InventoryError(f"listing {kind} failed: {error}") from error
                 instances += [_tagged(kind, item) for item in listing.get("items", [])]

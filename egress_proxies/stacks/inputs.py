@@ -25,6 +25,7 @@ class ProgramInputs:
     cloud_init: str | None = None
     port: int = SQUID_PORT
     adopt_instance: str | None = None  # a provider import id: an existing VM to take over
+    shard: str | None = None  # the operator shard's name, labelled on every resource
 
     def __repr__(self) -> str:
         return (

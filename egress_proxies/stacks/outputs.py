@@ -2,9 +2,9 @@
 
 The inline programs export where the proxy is (`ip`, `port`, `instanceId`);
 `bind` wraps a program so that every stack also exports whose it is
-(`proxyUid`, `provider`) and which spec built it (`specHash`). The reconciler
-reads them back to tell whether a stack is current, the GC to tell whose a
-stack is. Nothing else names these keys.
+(`proxyUid`, `provider`, and `shard` for a sharded operator) and which spec
+built it (`specHash`). The reconciler reads them back to tell whether a
+stack is current, the GC to tell whose a stack is. Nothing else names these keys.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ INSTANCE_ID = "instanceId"
 SPEC_HASH = "specHash"
 PROXY_UID = "proxyUid"
 PROVIDER = "provider"
+SHARD = "shard"
 
 Program = Callable[[ProgramInputs], None]
 
@@ -36,6 +37,8 @@ def bind(
         pulumi.export(SPEC_HASH, spec_hash)
         pulumi.export(PROXY_UID, inputs.uid)
         pulumi.export(PROVIDER, provider)
+        if inputs.shard is not None:
+            pulumi.export(SHARD, inputs.shard)
 
     return run
 

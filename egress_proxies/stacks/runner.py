@@ -136,6 +136,14 @@ class StackRunner:
         async with self._lock(stack):
             await self._in_pool(self._destroy, stack)
 
+    async def forget(self, stack: str) -> None:
+        """Remove the stack from this backend and leave its resources running (`stack rm --force`).
+
+        For a Proxy another shard has taken over: the resources are its now.
+        """
+        async with self._lock(stack):
+            await self._in_pool(self._forget, stack)
+
     def _lock(self, stack: str) -> asyncio.Lock:
         return self._locks.setdefault(stack, asyncio.Lock())
 
@@ -229,6 +237,16 @@ class StackRunner:
             workspace.remove_stack(stack)
         except auto.CommandError as error:
             raise StackOperationError("destroy", stack, _error_text(error)) from None
+
+    def _forget(self, stack: str) -> None:
+        if not self.backend.exists(stack):
+            return
+        workspace = self._workspace(stack, _empty_program)
+        self.backend.clear_stale_locks()
+        try:
+            workspace.remove_stack(stack, force=True)
+        except auto.CommandError as error:
+            raise StackOperationError("forget", stack, _error_text(error)) from None
 
 
 def _empty_program() -> None:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth.compute_engine import _metadata
 
 from egress_proxies.model import ProviderName
-from egress_proxies.providers.gcp import UID_LABEL_KEY, GceInventory
+from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, GceInventory
 from egress_proxies.providers.gcp_auth import (
     COMPUTE_SCOPE,
     CredentialsError,
@@ -216,3 +216,25 @@ def test_a_key_file_that_is_not_a_service_account_key_is_refused(tmp_path: Path)
         key_file_tokens(path)
 
     assert "s3cr3t-refresh" not in str(error.value)
+
+
+async def test_a_shard_lists_only_its_own_vms_and_the_unsharded_inventory_none_of_them(
+    compute: FakeCompute, tokens: GoogleAuthTokens, session: aiohttp.ClientSession
+) -> None:
+    def of_shard(name: str, uid: str, shard: str) -> FakeInstance:
+        vm = labelled("us-central1-a", name, uid)
+        vm.labels[SHARD_LABEL_KEY] = shard
+        return vm
+
+    compute.instances = [
+        of_shard("proxy-aaaa", "uid-a", "a"),
+        of_shard("proxy-bbbb", "uid-b", "b"),
+        labelled("us-central1-a", "proxy-uuuu", "uid-u"),
+    ]
+    url = f"{compute.url}/compute/v1"
+    found = {}
+    for shard in ("a", "b", None):
+        inventory = GceInventory(PROJECT, tokens, session, compute_url=url, shard=shard)
+        found[shard] = [i.uid_label for i in (await inventory.list_tagged()).instances]
+    assert found == {"a": ["uid-a"], "b": ["uid-b"], None: ["uid-u"]}
+    assert "shard=a" in repr(GceInventory(PROJECT, tokens, session, compute_url=url, shard="a"))

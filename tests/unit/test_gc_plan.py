@@ -158,3 +158,28 @@ def test_a_provider_without_a_listing_contributes_no_drift() -> None:
         min_age=MIN_AGE,
     )
     assert plan.reconcile == ()
+
+
+def test_a_shard_leaves_stacks_recording_another_shard_alone() -> None:
+    theirs = StackRecord("crawl.theirs", "uid-t", K8S, "pods/crawl/t", shard="b")
+    mine = StackRecord("crawl.mine", "uid-m", K8S, "pods/crawl/m", shard="a")
+    legacy = stack("crawl.legacy", "uid-l")
+    plan = plan_sweep([], [theirs, mine, legacy], listing(), now=NOW, min_age=MIN_AGE, shard="a")
+    assert set(plan.orphaned_since) == {"crawl.mine", "crawl.legacy"}
+    unsharded = plan_sweep([], [theirs, mine, legacy], listing(), now=NOW, min_age=MIN_AGE)
+    assert set(unsharded.orphaned_since) == {"crawl.legacy"}
+
+
+def test_a_proxy_of_another_shard_protects_its_instances_but_is_not_reconciled() -> None:
+    moving = LiveProxy("crawl.moving", "uid-moving", owned=False)
+    relabelled = instance("uid-moving", "proxy-moving")
+    plan = plan_sweep(
+        [moving],
+        [stack("crawl.moving", "uid-moving", "pods/crawl/proxy-moving-old")],
+        listing(relabelled),
+        now=NOW,
+        min_age=MIN_AGE,
+    )
+    assert plan.delete == ()
+    assert plan.destroy_stacks == ()
+    assert plan.reconcile == ()

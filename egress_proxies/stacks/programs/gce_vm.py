@@ -43,7 +43,7 @@ import pulumi_gcp as gcp
 import yaml
 
 from egress_proxies.model import ProxySpec
-from egress_proxies.providers.gcp import UID_LABEL_KEY, instance_id
+from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, instance_id
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.errors import PermanentProgramError
 from egress_proxies.stacks.inputs import ProgramInputs
@@ -125,7 +125,8 @@ def gce_vm_program(inputs: ProgramInputs) -> None:
             )
         ],
         tags=list(dict.fromkeys([name, *shape.tags])),
-        labels={UID_LABEL_KEY: inputs.uid},
+        labels={UID_LABEL_KEY: inputs.uid}
+        | ({SHARD_LABEL_KEY: inputs.shard} if inputs.shard else {}),
         metadata={USER_DATA_KEY: pulumi.Output.secret(render_user_data(inputs))},
         opts=pulumi.ResourceOptions(
             replace_on_changes=[f'metadata["{USER_DATA_KEY}"]', *_REPLACE_RATHER_THAN_STOP],

@@ -33,7 +33,7 @@ from pulumi_kubernetes.core.v1 import ConfigMap, Pod, Secret
 # serializes resources, so that module is loaded here too.
 from pulumi_kubernetes.meta.v1 import ObjectMetaArgs as _ObjectMetaArgs  # noqa: F401
 
-from egress_proxies.model import UID_LABEL
+from egress_proxies.model import SHARD_LABEL, UID_LABEL
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
@@ -66,6 +66,8 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     assert inputs.spec.kubernetes is not None, "the reconciler checks the kubernetes block"
     name = inputs.instance_name
     labels = {UID_LABEL: inputs.uid, "app.kubernetes.io/name": "egress-proxy"}
+    if inputs.shard is not None:
+        labels[SHARD_LABEL] = inputs.shard
     metadata = {"name": name, "namespace": inputs.namespace, "labels": labels}
 
     auth = Secret(

@@ -1,0 +1,83 @@
+"""A shard's name, what it owns, the names it writes, and its claim on a state dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from egress_proxies.cli import main
+from egress_proxies.kube.selectors import parse_selector
+from egress_proxies.model import FINALIZER, SHARD_LABEL
+from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir, shard_from_flags
+
+
+def test_no_shard_flags_mean_one_operator_owns_everything() -> None:
+    assert shard_from_flags(None, None, ["crawl"]) is None
+
+
+def test_a_one_label_selector_names_the_shard() -> None:
+    shard = shard_from_flags(None, "shard=a", [])
+    assert shard is not None
+    assert shard.name == "a"
+    assert shard.owns({"shard": "a"}) and not shard.owns({"shard": "b"}) and not shard.owns({})
+    assert shard.finalizer == f"{FINALIZER}-a"
+    assert shard.peering("egress-proxies") == "egress-proxies-a"
+    assert shard.labels == {SHARD_LABEL: "a"}
+    assert repr(shard) == "<Shard a [selector: shard=a]>"
+
+
+def test_other_selectors_get_a_stable_digest_name_and_an_explicit_name_wins() -> None:
+    first = shard_from_flags(None, "team in (x,y)", [])
+    again = shard_from_flags(None, "team in (y, x)", [])
+    assert first is not None and again is not None
+    assert first.name == again.name and first.name.startswith("s-")
+    named = shard_from_flags("east", "team in (x,y)", [])
+    assert named is not None and named.name == "east"
+
+
+def test_a_namespace_shard_without_a_selector_is_named_after_its_namespace() -> None:
+    shard = shard_from_flags(None, "", ["crawl-eu"])
+    assert shard is not None and shard.name == "crawl-eu" and shard.owns({"any": "thing"})
+
+
+@pytest.mark.parametrize(
+    ("name", "selector", "flag"),
+    [
+        (None, "shard=a,", "--shard-selector"),
+        ("Upper", "shard=a", "--shard-name"),
+        ("x" * 41, None, "--shard-name"),
+    ],
+)
+def test_bad_flags_are_refused_naming_the_flag(
+    name: str | None, selector: str | None, flag: str
+) -> None:
+    with pytest.raises(ShardError, match=flag):
+        shard_from_flags(name, selector, [])
+
+
+def test_the_command_refuses_a_bad_selector_before_starting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["run", "--state-dir", str(tmp_path), "--shard-selector", "shard in (a"])
+    assert code == 2
+    assert "--shard-selector 'shard in (a': unbalanced '('" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_dir_belongs_to_one_shard(tmp_path: Path) -> None:
+    a, b = Shard("a", parse_selector("shard=a")), Shard("b", parse_selector("shard=b"))
+    bind_state_dir(tmp_path, a)
+    bind_state_dir(tmp_path, a)
+    with pytest.raises(ShardError, match="belongs to shard 'a'; shard 'b' needs its own"):
+        bind_state_dir(tmp_path, b)
+    with pytest.raises(ShardError, match="belongs to shard 'a'; an unsharded operator"):
+        bind_state_dir(tmp_path, None)
+
+
+def test_an_unsharded_state_dir_can_become_a_shards_but_not_the_reverse(tmp_path: Path) -> None:
+    bind_state_dir(tmp_path, None)
+    assert list(tmp_path.iterdir()) == []
+    a = shard_from_flags(None, "shard=a", [])
+    bind_state_dir(tmp_path, a)
+    assert (tmp_path / "shard").read_text() == "a\n"
