@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
-from kopf._core.engines.peering import Identity  # kopf.operator's type for a peer name
 from prometheus_client import CollectorRegistry
 
 from egress_proxies import toolchain
@@ -375,7 +374,8 @@ class Operator:
                 standalone=self.peering is None,
                 peering_name=self.peering.name if self.peering else None,
                 priority=self.settings.priority,
-                identity=Identity(self.identity),
+                # kopf types this as its NewType `Identity`, a str it does not export.
+                identity=self.identity,  # type: ignore[arg-type]
                 stop_flag=stop_flag,
                 liveness_endpoint=(
                     f"http://0.0.0.0:{self.settings.liveness_port}/healthz"

@@ -28,7 +28,6 @@ from typing import Any
 
 import yaml
 from pulumi import automation as auto
-from pulumi.automation._stack import StackInitMode
 
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.stacks.backend import FileBackend, StackState
@@ -67,8 +66,10 @@ class _FileBackedStack(auto.Stack):
     def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend) -> None:
         self.name = name
         self.workspace = workspace
-        self._mode = StackInitMode.SELECT
         self._backend = backend
+
+    def __repr__(self) -> str:
+        return f"<FileBackedStack {self.name}>"
 
     def outputs(self) -> auto.OutputMap:
         state = self._backend.read(self.name)
