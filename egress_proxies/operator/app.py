@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
@@ -31,21 +32,20 @@ from egress_proxies.gc.sweeper import (
     list_live_proxies,
 )
 from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
-from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
+from egress_proxies.health import HealthEngine, HttpProber, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
     DEFAULT_MAX_TTL,
     DEFAULT_RATE_LIMIT_WINDOW,
-    Clock,
     LeaseStore,
 )
+from egress_proxies.leases import Clock as TimeSource
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.fleet import Fleet
 from egress_proxies.operator.handlers import (
-    RECONCILE_REQUEST_ANNOTATION,
     REQUEUE_ANNOTATION,
     Components,
     Program,
@@ -61,6 +61,7 @@ from egress_proxies.operator.peering import (
     PeeringError,
     peer_identity,
 )
+from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 from egress_proxies.operator.status import StatusWriter
@@ -135,7 +136,7 @@ def default_pulumi_root() -> Path | None:
     return root if (root / "bin" / "pulumi").exists() else None
 
 
-def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseStore:
+def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> LeaseStore:
     """The lease store with the configured limits; ConfigurationError for impossible ones."""
     try:
         return LeaseStore(
@@ -160,19 +161,20 @@ def programs() -> dict[ProviderName, Program]:
 class Operator:
     """Owns the components and runs kopf beside them until stopped."""
 
-    def __init__(self, settings: OperatorSettings) -> None:
+    def __init__(self, settings: OperatorSettings, clock: Clock | None = None) -> None:
         if not settings.passphrase:
             raise ConfigurationError(
                 "no stack passphrase: set PULUMI_CONFIG_PASSPHRASE or "
                 "EGRESS_PROXIES_PASSPHRASE_FILE (keep it: without it the stacks' secrets are lost)"
             )
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
-        self.leases = lease_store(settings)
+        self.leases = lease_store(settings, self.clock.time)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
@@ -187,6 +189,7 @@ class Operator:
                 settings.priority,
                 self.identity,
                 tuple(settings.namespaces),
+                self.clock,
             )
             if settings.peering
             else None
@@ -195,7 +198,12 @@ class Operator:
         self.health_pump = HealthStatusPump(
             self.fleet,
             self.writer,
-            gate=CachedGate(self.peering.sweep_blocker) if self.peering else never_paused,
+            gate=(
+                CachedGate(self.peering.sweep_blocker, clock=self.clock.monotonic)
+                if self.peering
+                else never_paused
+            ),
+            clock=self.clock,
         )
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
@@ -205,7 +213,8 @@ class Operator:
                 concurrency=settings.concurrency,
                 pulumi_root=settings.pulumi_root,
                 extra_env=_provider_env(settings.kubeconfig, bin_path),
-            )
+            ),
+            self.clock,
         )
         self.gce = (
             GceInventory(settings.gcp_project, application_default_tokens())
@@ -233,6 +242,7 @@ class Operator:
             stack_metrics=self.metrics.stacks,
             spans=self.spans,
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
+            clock=self.clock,
         )
         self.gce_watcher = (
             InstanceWatcher(
@@ -242,12 +252,13 @@ class Operator:
                 self._request_reconcile,
                 interval=settings.gce_watch_interval,
                 gate=self.peering.sweep_blocker if self.peering else always_sweep,
+                clock=self.clock,
             )
             if self.gce
             else None
         )
         self.registry = kopf.OperatorRegistry()
-        self.requeue = Requeue(self._touch_requeue)
+        self.requeue = Requeue(self._touch_requeue, self.clock)
         self.components = Components(
             client=self.client,
             credentials=self.credentials,
@@ -262,6 +273,7 @@ class Operator:
             instances=InstanceCache(),
             requeue=self.requeue,
             policy=settings.retry,
+            clock=self.clock,
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
         )
         register(self.registry, self.components)
@@ -278,7 +290,7 @@ class Operator:
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
-        stamp = datetime.datetime.now(datetime.UTC).isoformat()
+        stamp = self.clock.utcnow().isoformat()
         await self.client.patch(
             f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
             {"metadata": {"annotations": {RECONCILE_REQUEST_ANNOTATION: stamp}}},
@@ -326,7 +338,7 @@ class Operator:
                 self.fleet,
                 self.health_pump.offer,
                 _TracedProber(prober, self.spans),
-                LoopClock(),
+                self.clock,
                 self.metrics.probes,
                 workers=self.settings.health_workers,
             )

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, KubeClient
 
@@ -110,12 +111,19 @@ class Peering:
     """This operator's place among its peers, read from the peering objects."""
 
     def __init__(
-        self, client: KubeClient, name: str, priority: int, identity: str, namespaces: Sequence[str]
+        self,
+        client: KubeClient,
+        name: str,
+        priority: int,
+        identity: str,
+        namespaces: Sequence[str],
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self.priority = priority
         self.identity = identity
         self._client = client
+        self._clock = clock or SystemClock()
         self._paths = peering_paths(name, namespaces)
 
     def __repr__(self) -> str:
@@ -157,7 +165,7 @@ class Peering:
 
     async def sweep_blocker(self) -> str | None:
         """Why the GC must not sweep now (also when a peering object can't be read), or None."""
-        now = datetime.datetime.now(datetime.UTC)
+        now = self._clock.utcnow()
         for path in self._paths:
             try:
                 body = await self._client.get(path)
