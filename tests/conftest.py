@@ -69,7 +69,8 @@ async def no_leftover_tasks(request: pytest.FixtureRequest) -> AsyncIterator[Non
 
 def _serves_a_connection(task: asyncio.Task[object]) -> bool:
     """An aiohttp server's per-connection handler, which outlives a test by keep-alive."""
-    return task.get_coro().__qualname__.startswith("RequestHandler.")  # type: ignore[union-attr]
+    name = getattr(task.get_coro(), "__qualname__", "")
+    return isinstance(name, str) and name.startswith("RequestHandler.")
 
 
 @pytest.fixture(scope="session")

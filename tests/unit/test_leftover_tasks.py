@@ -33,9 +33,10 @@ def test_a_leftover_task_fails_only_the_test_that_left_it(tmp_path: Path) -> Non
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_leaky.py").write_text(LEAKY)
     root = Path(__file__).resolve().parents[2]
+    # The project's pytest settings (asyncio mode, markers), the leaky tests' directory.
+    settings = ["-c", "pyproject.toml", "--rootdir", str(tmp_path)]
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pyproject.toml"]
-        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *settings, str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=root,
