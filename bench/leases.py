@@ -117,8 +117,8 @@ def profile_report(profile: cProfile.Profile, top: int) -> str:
     return out.getvalue()
 
 
-async def _serve(conn: Connection, tokens_dir: Path) -> None:
-    handler_seconds: list[float] = []
+def _apps(tokens_dir: Path, handler_seconds: list[float]) -> dict[str, web.Application]:
+    """A trivial app (the baseline) and one discovery app per fleet size, timing lease POSTs."""
 
     @web.middleware
     async def time_leases(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -145,6 +145,12 @@ async def _serve(conn: Connection, tokens_dir: Path) -> None:
         )
         app.middlewares.append(time_leases)
         apps[str(size)] = app
+    return apps
+
+
+async def _serve(conn: Connection, tokens_dir: Path) -> None:
+    handler_seconds: list[float] = []
+    apps = _apps(tokens_dir, handler_seconds)
     ports: dict[str, int] = {}
     runners = []
     for name, app in apps.items():

@@ -79,7 +79,7 @@ class HealthEngine:
         self._clock = clock
         self._metrics = metrics
         self._workers = workers
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._states: dict[ProxyKey, HealthState] = {}
         self._records: dict[ProxyKey, ProxyRecord] = {}
         self._schedule: list[tuple[float, int, ProxyKey]] = []  # (due, epoch, key) heap

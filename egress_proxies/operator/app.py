@@ -104,11 +104,12 @@ class OperatorSettings:
     retry: RetryPolicy = DEFAULT_POLICY
     peering: str | None = DEFAULT_PEERING  # None: standalone
     priority: int = 0
-    discovery_host: str = "0.0.0.0"
+    # In a pod the Service reaches the operator on the pod's address: bind them all.
+    discovery_host: str = "0.0.0.0"  # noqa: S104
     discovery_port: int = DEFAULT_PORT
     discovery_tokens_dir: Path | None = None
     discovery_allow_no_auth: bool = False
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "0.0.0.0"  # noqa: S104
     metrics_port: int | None = 9090
     trace_health_probes: bool = False
     gcp_project: str | None = None  # None: no GCE inventory in the GC, no GCE instance watch

@@ -158,35 +158,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         else:
             c.fleet.put_proxy(dict(body))
 
-    async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
-        meta = body["metadata"]
-        if event["type"] == "DELETED":
-            c.fleet.remove_secret(meta["namespace"], meta["name"])
-        else:
-            c.fleet.put_secret(meta["namespace"], meta["name"], body.get("data"))
-
-    for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL):
-        kopf.on.event("v1", "secrets", labels={label: kopf.PRESENT}, registry=registry)(
-            secret_event
-        )
-
+    _register_secret_watches(registry, c)
     _register_instance_watch(registry, c)
-
-    @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
-    async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
-        await secret_event(event, body)
-        meta = body["metadata"]
-        revision = meta.get("resourceVersion", "") if event["type"] != "DELETED" else "deleted"
-        for proxy in c.fleet.referencing_cloud_init(meta["namespace"], meta["name"]):
-            annotations = proxy["metadata"].get("annotations") or {}
-            if annotations.get(CLOUD_INIT_REVISION_ANNOTATION) == revision:
-                continue
-            # Touching an annotation makes kopf deliver an update to the Proxy's handlers.
-            pmeta = proxy["metadata"]
-            await c.client.patch(
-                f"/apis/{GROUP}/{VERSION}/namespaces/{pmeta['namespace']}/{PLURAL}/{pmeta['name']}",
-                {"metadata": {"annotations": {CLOUD_INIT_REVISION_ANNOTATION: revision}}},
-            )
 
     @kopf.on.resume(*resource, registry=registry)
     @kopf.on.create(*resource, registry=registry)
@@ -211,6 +184,38 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             log_context(namespace=namespace, proxy=name, stack=stack),
         ):
             await delete_proxy(c, dict(body))
+
+
+def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> None:
+    """Keep the fleet's Secrets current; a changed cloud-init Secret nudges its Proxies."""
+
+    async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        meta = body["metadata"]
+        if event["type"] == "DELETED":
+            c.fleet.remove_secret(meta["namespace"], meta["name"])
+        else:
+            c.fleet.put_secret(meta["namespace"], meta["name"], body.get("data"))
+
+    for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL):
+        kopf.on.event("v1", "secrets", labels={label: kopf.PRESENT}, registry=registry)(
+            secret_event
+        )
+
+    @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
+    async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
+        await secret_event(event, body)
+        meta = body["metadata"]
+        revision = meta.get("resourceVersion", "") if event["type"] != "DELETED" else "deleted"
+        for proxy in c.fleet.referencing_cloud_init(meta["namespace"], meta["name"]):
+            annotations = proxy["metadata"].get("annotations") or {}
+            if annotations.get(CLOUD_INIT_REVISION_ANNOTATION) == revision:
+                continue
+            # Touching an annotation makes kopf deliver an update to the Proxy's handlers.
+            pmeta = proxy["metadata"]
+            await c.client.patch(
+                f"/apis/{GROUP}/{VERSION}/namespaces/{pmeta['namespace']}/{PLURAL}/{pmeta['name']}",
+                {"metadata": {"annotations": {CLOUD_INIT_REVISION_ANNOTATION: revision}}},
+            )
 
 
 def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> None:

@@ -64,7 +64,8 @@ class RunSettings(BaseSettings):
     concurrency: int = option(4, "pulumi operations at once", ge=1)
     liveness_port: int | None = option(None, "serve kopf's liveness probe on this port")
     discovery_port: int = option(8090, "the discovery + lease API's port", ge=0, le=65535)
-    discovery_host: str = option("0.0.0.0", "the address the discovery API binds")
+    # In a pod the Service reaches the operator on the pod's address: bind them all.
+    discovery_host: str = option("0.0.0.0", "the address the discovery API binds")  # noqa: S104
     discovery_tokens_dir: Path | None = option(
         None, "a mounted Secret: one bearer token per file, re-read on change"
     )
