@@ -36,7 +36,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key
-from egress_proxies.health import HealthEngine, HealthReport, HttpProber, LoopClock
+from egress_proxies.clock import SystemClock
+from egress_proxies.health import HealthEngine, HealthReport, HttpProber
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
@@ -149,7 +150,7 @@ async def engine_run(
             return records
 
     async with HttpProber() as prober:
-        engine = HealthEngine(Catalog(), reports.append, prober, LoopClock(), metrics)
+        engine = HealthEngine(Catalog(), reports.append, prober, SystemClock(), metrics)
         task = asyncio.create_task(engine.run())
         await asyncio.sleep(2 * interval)
         probes, late_from = metrics.probes, len(metrics.lateness)

@@ -126,8 +126,10 @@ def profile_report(profile: cProfile.Profile, top: int) -> str:
     return out.getvalue()
 
 
-async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
-    handler_seconds: list[float] = []
+def _apps(
+    tokens_dir: Path, handler_seconds: list[float], redis_url: str
+) -> tuple[dict[str, web.Application], dict[str, LeaseStore]]:
+    """A trivial app (the baseline), one discovery app per fleet size, one on Redis."""
 
     @web.middleware
     async def time_leases(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -143,7 +145,7 @@ async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
 
     trivial_app = web.Application()
     trivial_app.router.add_get("/", trivial)
-    apps = {"trivial": trivial_app}
+    apps: dict[str, web.Application] = {"trivial": trivial_app}
     stores: dict[str, LeaseStore] = {str(size): MemoryLeaseStore() for size in FLEET_SIZES}
     stores[REDIS] = RedisLeaseStore(redis_url, prefix="bench", timeout=1.0)
     for name, store in stores.items():
@@ -157,6 +159,12 @@ async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
         if name != REDIS:
             app.middlewares.append(time_leases)
         apps[name] = app
+    return apps, stores
+
+
+async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
+    handler_seconds: list[float] = []
+    apps, stores = _apps(tokens_dir, handler_seconds, redis_url)
     ports: dict[str, int] = {}
     runners = []
     for name, app in apps.items():
@@ -288,7 +296,7 @@ class Scenario:
         return statistics.median(self.cpu_per_unit)
 
 
-def measure(
+def measure(  # noqa: C901 - one linear script of the benchmark's rounds
     ports: dict[str, int], conn: Connection, args: argparse.Namespace, redis: RedisServer
 ) -> None:
     """Warm up, run the rounds, print the results."""

@@ -122,7 +122,7 @@ class SquidProcess:
         (self.run_dir / "squid.conf").write_text(self.config())
         if self.credentials is not None:
             (self.run_dir / "passwd").write_text(passwd_line(self.credentials))
-        os.chmod(self.run_dir, 0o711)
+        os.chmod(self.run_dir, 0o711)  # noqa: S103 (squid's user only traverses it)
         for path in (self.run_dir, *self.run_dir.iterdir()):
             os.chown(path, proxy_user.pw_uid, proxy_user.pw_gid)
 

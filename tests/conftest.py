@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -30,6 +31,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for kind in _KINDS:
             if f"/tests/{kind}/" in str(item.path):
                 item.add_marker(getattr(pytest.mark, kind))
+
+
+# How long a test's own tasks get to finish after its fixtures are torn down.
+_LEFTOVER_GRACE_SECONDS = 2.0
+
+
+@pytest.fixture(autouse=True)
+async def no_leftover_tasks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks of its own running (opt out: `leaves_tasks`).
+
+    A task is the test's own if it started after the test's setup began: tasks
+    of session-scoped fixtures are older. The one exception is the connection
+    handler an aiohttp server starts per keep-alive connection: it belongs to
+    the server (often a session fixture) and ends when the client lets go.
+    Being torn down last, this runs after the test's other fixtures closed.
+    """
+    before = asyncio.all_tasks()
+    yield
+    if request.node.get_closest_marker("leaves_tasks"):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _LEFTOVER_GRACE_SECONDS
+    while True:
+        leftover = [
+            task
+            for task in asyncio.all_tasks() - before
+            if task is not asyncio.current_task() and not _serves_a_connection(task)
+        ]
+        if not leftover or loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    for task in leftover:
+        task.cancel()
+    if leftover:
+        pytest.fail(f"the test left {len(leftover)} task(s) running: {leftover}")
+
+
+def _serves_a_connection(task: asyncio.Task[object]) -> bool:
+    """An aiohttp server's per-connection handler, which outlives a test by keep-alive."""
+    name = getattr(task.get_coro(), "__qualname__", "")
+    return isinstance(name, str) and name.startswith("RequestHandler.")
 
 
 @pytest.fixture(scope="session")

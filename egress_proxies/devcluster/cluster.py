@@ -138,7 +138,7 @@ def supervisor_pid(layout: StateLayout) -> int | None:
 def _network_octet(layout: StateLayout) -> int:
     path = layout.root / "pod-network"
     if not path.exists():
-        path.write_text(str(random.randint(2, 254)))
+        path.write_text(str(random.randint(2, 254)))  # noqa: S311 (a subnet pick, not a secret)
     return int(path.read_text())
 
 

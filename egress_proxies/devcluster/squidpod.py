@@ -318,20 +318,10 @@ def rewrite_config(
         if not words or words[0].startswith("#"):
             lines.append(raw)
             continue
-        directive = words[0]
-        seen.add(directive)
-        if directive in _REPLACED_DIRECTIVES:
+        seen.add(words[0])
+        if words[0] in _REPLACED_DIRECTIVES:
             continue
-        if directive == "http_port":
-            if len(words) < 2:
-                raise PodRejectedError("InvalidConfig", "http_port without a port")
-            port = _port_of(words[1])
-            ports.append(port)
-            words[1] = f"{pod_ip}:{port}"
-        elif directive == "https_port":
-            raise PodRejectedError(
-                "InvalidConfig", "https_port is not supported by the loopback kubelet"
-            )
+        words = _bind_port(words, pod_ip, ports)
         lines.append(" ".join(_map_path(word, prefixes, pod_root) for word in words))
     if not ports:
         raise PodRejectedError("InvalidConfig", "squid.conf has no http_port")
@@ -345,6 +335,21 @@ def rewrite_config(
         # As from a real pod: the origin sees the pod's own address, not the host's.
         lines.append(f"tcp_outgoing_address {pod_ip}")
     return "\n".join(lines) + "\n", ports
+
+
+def _bind_port(words: list[str], pod_ip: str, ports: list[int]) -> list[str]:
+    """An http_port line bound to the pod's address (its port added to `ports`)."""
+    if words[0] == "http_port":
+        if len(words) < 2:
+            raise PodRejectedError("InvalidConfig", "http_port without a port")
+        port = _port_of(words[1])
+        ports.append(port)
+        return [words[0], f"{pod_ip}:{port}", *words[2:]]
+    if words[0] == "https_port":
+        raise PodRejectedError(
+            "InvalidConfig", "https_port is not supported by the loopback kubelet"
+        )
+    return words
 
 
 def _port_of(address: str) -> int:

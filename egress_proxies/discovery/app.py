@@ -65,9 +65,7 @@ def create_app(
     return app
 
 
-async def start(
-    app: web.Application, host: str = "0.0.0.0", port: int = DEFAULT_PORT
-) -> web.AppRunner:
+async def start(app: web.Application, host: str, port: int = DEFAULT_PORT) -> web.AppRunner:
     """Serve `app` on host:port; stop it with `await runner.cleanup()`."""
     runner = web.AppRunner(app)
     await runner.setup()

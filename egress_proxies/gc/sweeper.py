@@ -14,12 +14,12 @@ import asyncio
 import contextlib
 import datetime
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
@@ -124,7 +124,7 @@ class Sweeper:
         stack_metrics: StackRecorder | None = None,
         spans: SweepSpans | None = None,
         gate: Gate = always_sweep,
-        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        clock: Clock | None = None,
         shard: str | None = None,
         selector: LabelSelector | None = None,
     ) -> None:
@@ -149,7 +149,7 @@ class Sweeper:
         self._stack_metrics = stack_metrics or _Unrecorded()
         self._spans = spans or _Untraced()
         self._gate = gate
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._shard = shard
         self._selector = selector
         self.last: SweepReport | None = None
@@ -170,7 +170,7 @@ class Sweeper:
         one kopf peering leaves at work sweeps; the others log why not.
         """
         while True:
-            await asyncio.sleep(self._interval.total_seconds())
+            await self._clock.sleep(self._interval.total_seconds())
             try:
                 reason = await self._gate()
                 if reason:
@@ -182,12 +182,12 @@ class Sweeper:
 
     async def sweep(self) -> SweepReport:
         """One sweep."""
-        started = time.monotonic()
+        started = self._clock.monotonic()
         with self._spans.gc_sweep():
             report = await self._sweep()
-        report = SweepReport(**{**report.__dict__, "seconds": time.monotonic() - started})
+        report = SweepReport(**{**report.__dict__, "seconds": self._clock.monotonic() - started})
         self.last = report
-        self._metrics.swept(report.seconds, time.time())
+        self._metrics.swept(report.seconds, self._clock.time())
         if report.skipped:
             logger.warning("GC sweep skipped: %s", report.skipped)
         else:
@@ -220,7 +220,7 @@ class Sweeper:
             proxies,
             stacks,
             listings,
-            now=self._clock(),
+            now=self._clock.utcnow(),
             min_age=self._min_age,
             orphaned_since=self._orphaned_since,
             shard=self._shard,

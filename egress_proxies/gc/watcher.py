@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.gc.plan import LiveProxy
 from egress_proxies.gc.sweeper import (
     Gate,
@@ -57,6 +58,7 @@ class InstanceWatcher:
         *,
         interval: datetime.timedelta = DEFAULT_WATCH_INTERVAL,
         gate: Gate = always_sweep,
+        clock: Clock | None = None,
     ) -> None:
         self._proxies = proxies
         self._backend = backend
@@ -64,6 +66,7 @@ class InstanceWatcher:
         self._trigger = trigger
         self._interval = interval
         self._gate = gate
+        self._clock = clock or SystemClock()
         self._deleting: frozenset[InstanceId] = frozenset()
         self._asked: frozenset[str] = frozenset()
         self.last: WatchReport | None = None
@@ -79,7 +82,7 @@ class InstanceWatcher:
     async def run(self) -> None:
         """Poll every interval until cancelled, while the gate allows."""
         while True:
-            await asyncio.sleep(self._interval.total_seconds())
+            await self._clock.sleep(self._interval.total_seconds())
             try:
                 reason = await self._gate()
                 if reason:

@@ -5,7 +5,6 @@ only on a first verdict, a threshold flip or a significant latency change;
 `HttpProber` is the real through-the-proxy probe. See docs/health.md.
 """
 
-from egress_proxies.health.clock import Clock, LoopClock, ManualClock
 from egress_proxies.health.engine import DEFAULT_WORKERS, HealthEngine, HealthSink
 from egress_proxies.health.http_prober import HttpProber
 from egress_proxies.health.metrics import ProbeMetrics
@@ -16,7 +15,6 @@ from egress_proxies.health.state import HealthState, Instance, Reported
 __all__ = [
     "DEFAULT_WORKERS",
     "HEALTHY_REASON",
-    "Clock",
     "Failure",
     "HealthEngine",
     "HealthReport",
@@ -24,8 +22,6 @@ __all__ = [
     "HealthState",
     "HttpProber",
     "Instance",
-    "LoopClock",
-    "ManualClock",
     "ProbeMetrics",
     "ProbeResult",
     "Prober",

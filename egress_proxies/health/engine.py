@@ -5,7 +5,7 @@ status. Every report goes to one sink (the operator's single status writer),
 and only when `policy` calls for one, so a steadily healthy proxy causes no
 status write at all.
 
-    engine = HealthEngine(catalog, emit=writer.offer, prober=prober, clock=LoopClock())
+    engine = HealthEngine(catalog, emit=writer.offer, prober=prober, clock=SystemClock())
     await engine.run()  # until cancelled
 
 Scheduling: the catalog is re-read at most once a second (new proxies,
@@ -28,7 +28,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 from egress_proxies.catalog import ProxyCatalog, ProxyKey, ProxyRecord
-from egress_proxies.health.clock import Clock
+from egress_proxies.clock import Clock
 from egress_proxies.health.metrics import ProbeMetrics
 from egress_proxies.health.policy import HealthReport, acknowledge, judge
 from egress_proxies.health.probe import Failure, Prober, ProbeResult
@@ -79,7 +79,7 @@ class HealthEngine:
         self._clock = clock
         self._metrics = metrics
         self._workers = workers
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._states: dict[ProxyKey, HealthState] = {}
         self._records: dict[ProxyKey, ProxyRecord] = {}
         self._schedule: list[tuple[float, int, ProxyKey]] = []  # (due, epoch, key) heap

@@ -292,6 +292,7 @@ class ExecAuth(httpx.Auth):
     async def async_auth_flow(
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        """Add the exec credential to the request; run the plugin again after a 401."""
         if self._fresh():
             assert self._issued is not None
             request.headers["Authorization"] = f"Bearer {self._issued.token}"

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kopf
-from kopf._core.engines.peering import Identity  # kopf.operator's type for a peer name
 from prometheus_client import CollectorRegistry
 
 from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
@@ -33,24 +33,23 @@ from egress_proxies.gc.sweeper import (
     list_live_proxies,
 )
 from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
-from egress_proxies.health import HealthEngine, HttpProber, LoopClock, Prober, ProbeResult
+from egress_proxies.health import HealthEngine, HttpProber, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
     DEFAULT_MAX_TTL,
     DEFAULT_RATE_LIMIT_WINDOW,
-    Clock,
     LeaseLimits,
     LeaseStore,
     StoreUnavailableError,
     open_lease_store,
     redact_url,
 )
+from egress_proxies.leases import Clock as TimeSource
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
-    RECONCILE_REQUEST_ANNOTATION,
     REQUEUE_ANNOTATION,
     Components,
     Program,
@@ -67,6 +66,7 @@ from egress_proxies.operator.peering import (
     PeeringError,
     peer_identity,
 )
+from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
@@ -112,11 +112,12 @@ class OperatorSettings:
     retry: RetryPolicy = DEFAULT_POLICY
     peering: str | None = DEFAULT_PEERING  # None: standalone
     priority: int = 0
-    discovery_host: str = "0.0.0.0"
+    # In a pod the Service reaches the operator on the pod's address: bind them all.
+    discovery_host: str = "0.0.0.0"  # noqa: S104
     discovery_port: int = DEFAULT_PORT
     discovery_tokens_dir: Path | None = None
     discovery_allow_no_auth: bool = False
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "0.0.0.0"  # noqa: S104
     metrics_port: int | None = 9090
     trace_health_probes: bool = False
     gcp_project: str | None = None  # None: no GCE inventory in the GC, no GCE instance watch
@@ -161,7 +162,7 @@ def default_pulumi_root() -> Path | None:
 LEASE_COUNTS_INTERVAL = 5.0
 
 
-def lease_store(settings: OperatorSettings, clock: Clock = time.time) -> LeaseStore:
+def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> LeaseStore:
     """The configured lease store; ConfigurationError for impossible limits or URLs."""
     try:
         limits = LeaseLimits(
@@ -195,19 +196,20 @@ def programs() -> dict[ProviderName, Program]:
 class Operator:
     """Owns the components and runs kopf beside them until stopped."""
 
-    def __init__(self, settings: OperatorSettings) -> None:
+    def __init__(self, settings: OperatorSettings, clock: Clock | None = None) -> None:
         if not settings.passphrase:
             raise ConfigurationError(
                 "no stack passphrase: set PULUMI_CONFIG_PASSPHRASE or "
                 "EGRESS_PROXIES_PASSPHRASE_FILE (keep it: without it the stacks' secrets are lost)"
             )
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
         self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
-        self.leases = lease_store(settings)
+        self.leases = lease_store(settings, self.clock.time)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
@@ -228,6 +230,7 @@ class Operator:
                 settings.priority,
                 self.identity,
                 tuple(settings.namespaces),
+                self.clock,
             )
             if settings.peering
             else None
@@ -236,7 +239,12 @@ class Operator:
         self.health_pump = HealthStatusPump(
             self.fleet,
             self.writer,
-            gate=CachedGate(self.peering.sweep_blocker) if self.peering else never_paused,
+            gate=(
+                CachedGate(self.peering.sweep_blocker, clock=self.clock.monotonic)
+                if self.peering
+                else never_paused
+            ),
+            clock=self.clock,
         )
         bin_path = str(toolchain.bin_dir())
         self.runner = StackRunner(
@@ -246,7 +254,8 @@ class Operator:
                 concurrency=settings.concurrency,
                 pulumi_root=settings.pulumi_root,
                 extra_env=_provider_env(settings.kubeconfig, bin_path),
-            )
+            ),
+            self.clock,
         )
         self.gce = (
             GceInventory(
@@ -282,6 +291,7 @@ class Operator:
             gate=self.peering.sweep_blocker if self.peering else always_sweep,
             shard=shard.name if shard else None,
             selector=shard.selector if shard else None,
+            clock=self.clock,
         )
         self.gce_watcher = (
             InstanceWatcher(
@@ -291,12 +301,13 @@ class Operator:
                 self._request_reconcile,
                 interval=settings.gce_watch_interval,
                 gate=self.peering.sweep_blocker if self.peering else always_sweep,
+                clock=self.clock,
             )
             if self.gce
             else None
         )
         self.registry = kopf.OperatorRegistry()
-        self.requeue = Requeue(self._touch_requeue)
+        self.requeue = Requeue(self._touch_requeue, self.clock)
         self.components = Components(
             client=self.client,
             runner=self.runner,
@@ -310,6 +321,7 @@ class Operator:
             instances=InstanceCache(),
             requeue=self.requeue,
             policy=settings.retry,
+            clock=self.clock,
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
             shard=shard,
         )
@@ -341,7 +353,7 @@ class Operator:
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
-        stamp = datetime.datetime.now(datetime.UTC).isoformat()
+        stamp = self.clock.utcnow().isoformat()
         await self.client.patch(
             f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
             {"metadata": {"annotations": {RECONCILE_REQUEST_ANNOTATION: stamp}}},
@@ -393,7 +405,7 @@ class Operator:
                 self.fleet,
                 self.health_pump.offer,
                 _TracedProber(prober, self.spans),
-                LoopClock(),
+                self.clock,
                 self.metrics.probes,
                 workers=self.settings.health_workers,
             )
@@ -452,7 +464,8 @@ class Operator:
                 standalone=self.peering is None,
                 peering_name=self.peering.name if self.peering else None,
                 priority=self.settings.priority,
-                identity=Identity(self.identity),
+                # kopf types this as its NewType `Identity`, a str it does not export.
+                identity=self.identity,  # type: ignore[arg-type]
                 stop_flag=stop_flag,
                 liveness_endpoint=(
                     f"http://0.0.0.0:{self.settings.liveness_port}/healthz"

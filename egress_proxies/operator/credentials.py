@@ -12,8 +12,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import ApiError
 from egress_proxies.model import GROUP, KIND, UID_LABEL, VERSION
+from egress_proxies.operator.ports import ApiClient
 from egress_proxies.stacks.naming import instance_name
 from egress_proxies.values import ProxyCredentials
 
@@ -58,7 +59,7 @@ def credentials_secret(
 
 
 async def ensure_credentials(
-    client: KubeClient,
+    client: ApiClient,
     body: Mapping[str, Any],
     known: Mapping[str, str] | None,
     labels: Mapping[str, str] | None = None,
@@ -93,6 +94,6 @@ async def ensure_credentials(
     return generated
 
 
-async def delete_credentials(client: KubeClient, namespace: str, uid: str) -> None:
+async def delete_credentials(client: ApiClient, namespace: str, uid: str) -> None:
     """Delete a Proxy's credentials Secret (missing is fine)."""
     await client.delete(f"/api/v1/namespaces/{namespace}/secrets/{credentials_secret_name(uid)}")

@@ -1,14 +1,14 @@
 """kopf handlers: thin shells that gather observations, ask the state machine, and act.
 
 Registered on an explicit registry (no module-level decorators), with every
-dependency passed in as `Components`.
+dependency passed in as `Components`. Nothing here decides: `reconcile.py`
+returns the whole `Decision` (status, annotations, Events, the stack
+operation, the retry), and `reconcile_proxy` / `delete_proxy` carry it out.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import datetime
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -19,24 +19,21 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.clock import Clock
+from egress_proxies.kube import ApiError
 from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
     EXTERNAL_CREDENTIALS_LABEL,
     FINALIZER,
     GROUP,
-    HEALTHY,
     PLURAL,
-    PROVISIONED,
     SPEC_HASH_ANNOTATION,
     UID_LABEL,
     VERSION,
     Mode,
     ProviderName,
     ProxySpec,
-    ProxyStatus,
-    find_condition,
 )
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.backoff import RetryPolicy
@@ -46,16 +43,21 @@ from egress_proxies.operator.credentials import (
     ensure_credentials,
 )
 from egress_proxies.operator.instances import InstanceCache
+from egress_proxies.operator.ports import ApiClient, Stacks, StatusSink
+from egress_proxies.operator.reconcile import (
+    RECONCILE_HANDLED_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+)
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
-from egress_proxies.operator.status import StatusWriter, status_of
+from egress_proxies.operator.status import status_of
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.errors import ErrorClass
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.naming import instance_name, stack_name
-from egress_proxies.stacks.runner import StackOperationError, StackRunner
+from egress_proxies.stacks.runner import StackOperationError
 from egress_proxies.telemetry.logs import log_context
 from egress_proxies.telemetry.metrics import StackMetrics
 from egress_proxies.telemetry.tracing import Spans
@@ -64,25 +66,29 @@ logger = logging.getLogger(__name__)
 
 CLOUD_INIT_KEY = "user-data"
 CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
-RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
-RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
 # Touched to make kopf run the update handlers: the pod watch saw the instance
 # change, or a retry is due (see operator/requeue.py).
 INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"
 REQUEUE_ANNOTATION = f"{GROUP}/requeue-at"
-TRANSIENT_RETRY_SECONDS = 10.0
 _POD_GONE_TIMEOUT = 30.0
 
 Program = Callable[[ProgramInputs], None]
+PostEvent = Callable[[Mapping[str, Any], machine.Event], None]
+
+
+def post_kopf_event(body: Mapping[str, Any], event: machine.Event) -> None:
+    """Post an Event on the Proxy through kopf's event queue."""
+    # kopf types `event()` for its Body; any Mapping with metadata is what it reads.
+    kopf.event(body, type=event.type, reason=event.reason, message=event.message)  # type: ignore[arg-type]
 
 
 @dataclass
 class Components:
     """Everything the handlers use, built by the composition root."""
 
-    client: KubeClient
-    runner: StackRunner
-    writer: StatusWriter
+    client: ApiClient
+    runner: Stacks
+    writer: StatusSink
     fleet: Fleet
     programs: Mapping[ProviderName, Program]
     classify: Callable[[str], ErrorClass]
@@ -92,14 +98,16 @@ class Components:
     instances: InstanceCache
     requeue: Requeue
     policy: RetryPolicy
+    clock: Clock
     # (uid, failed up's text) -> import id of this Proxy's VM a killed up left unrecorded
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
+    post_event: PostEvent = post_kopf_event
 
 
-def now() -> str:
+def now(clock: Clock) -> str:
     """The current time as Kubernetes writes it."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return clock.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 KOPF_PREFIX = f"kopf.{GROUP}"
@@ -118,32 +126,6 @@ def configure(settings: kopf.OperatorSettings, finalizer: str = FINALIZER) -> No
         prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
-
-
-def reconciler_owned(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
-    """Take the reconciler's fields from `decided`, keep the health engine's from `current`.
-
-    A new address means a new instance: its health is unknown until probed.
-    """
-    provisioned = find_condition(decided.conditions, PROVISIONED)
-    others = [c for c in current.conditions if c.type != PROVISIONED]
-    new_address = (decided.ip, decided.port) != (current.ip, current.port)
-    if new_address:
-        others = [c for c in others if c.type != HEALTHY]
-    return current.model_copy(
-        update={
-            "observed_generation": decided.observed_generation,
-            "ip": decided.ip,
-            "port": decided.port,
-            "instance_id": decided.instance_id,
-            "stack": decided.stack,
-            "credentials_secret": decided.credentials_secret,
-            "backoff": decided.backoff,
-            "conditions": others + ([provisioned] if provisioned else []),
-            "latency_millis": None if new_address else current.latency_millis,
-            "last_health_check_time": None if new_address else current.last_health_check_time,
-        }
-    )
 
 
 def register(registry: kopf.OperatorRegistry, components: Components) -> None:
@@ -178,6 +160,39 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         else:
             await _release(c, body)
 
+    _register_secret_watches(registry, c)
+    _register_instance_watch(registry, c)
+
+    @kopf.on.resume(*resource, registry=registry, when=owned)
+    @kopf.on.create(*resource, registry=registry, when=owned)
+    @kopf.on.update(*resource, registry=registry, when=owned)
+    async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        stack = stack_name(namespace, name)
+        with (
+            c.spans.reconcile(namespace, name, stack=stack),
+            log_context(namespace=namespace, proxy=name, stack=stack),
+        ):
+            await reconcile_proxy(c, body, patch)
+
+    # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
+    # on objects that a delete handler matches, so External ones get none.
+    @kopf.on.delete(
+        *resource, registry=registry, when=lambda **kw: is_managed(**kw) and owned(**kw)
+    )
+    async def delete(body: kopf.Body, **_: Any) -> None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        stack = stack_name(namespace, name)
+        with (
+            c.spans.reconcile(namespace, name, stack=stack, deleting=True),
+            log_context(namespace=namespace, proxy=name, stack=stack),
+        ):
+            await delete_proxy(c, dict(body))
+
+
+def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> None:
+    """Keep the fleet's Secrets current; a changed cloud-init Secret nudges its Proxies."""
+
     async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
@@ -189,8 +204,6 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
         kopf.on.event("v1", "secrets", labels={label: kopf.PRESENT}, registry=registry)(
             secret_event
         )
-
-    _register_instance_watch(registry, c)
 
     @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
     async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
@@ -207,32 +220,6 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
                 f"/apis/{GROUP}/{VERSION}/namespaces/{pmeta['namespace']}/{PLURAL}/{pmeta['name']}",
                 {"metadata": {"annotations": {CLOUD_INIT_REVISION_ANNOTATION: revision}}},
             )
-
-    @kopf.on.resume(*resource, registry=registry, when=owned)
-    @kopf.on.create(*resource, registry=registry, when=owned)
-    @kopf.on.update(*resource, registry=registry, when=owned)
-    async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        stack = stack_name(namespace, name)
-        with (
-            c.spans.reconcile(namespace, name, stack=stack),
-            log_context(namespace=namespace, proxy=name, stack=stack),
-        ):
-            await _reconcile(c, body, patch)
-
-    # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
-    # on objects that a delete handler matches, so External ones get none.
-    @kopf.on.delete(
-        *resource, registry=registry, when=lambda **kw: is_managed(**kw) and owned(**kw)
-    )
-    async def delete(body: kopf.Body, **_: Any) -> None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        stack = stack_name(namespace, name)
-        with (
-            c.spans.reconcile(namespace, name, stack=stack, deleting=True),
-            log_context(namespace=namespace, proxy=name, stack=stack),
-        ):
-            await _delete(c, dict(body))
 
 
 def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> None:
@@ -268,7 +255,7 @@ async def _release(c: Components, body: kopf.Body) -> None:
         c.requeue.cancel(namespace, name)
     owner = (meta.get("annotations") or {}).get(OWNER_ANNOTATION)
     stack = stack_name(namespace, name)
-    if c.shard and owner and owner != c.shard.name and c.runner.backend.exists(stack):
+    if c.shard and owner and owner != c.shard.name and c.runner.state(stack) is not None:
         logger.warning(
             "stack %s: shard %s owns %s/%s now; forgetting", stack, owner, namespace, name
         )
@@ -316,16 +303,28 @@ def is_managed(spec: kopf.Spec, **_: Any) -> bool:
 
 
 def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:
+    """The Proxy as the state machine reads it; ValidationError for a spec the model rejects.
+
+    A deletion reads no spec, and a spec gone bad must not keep the Proxy
+    from being deleted: it is then read as the empty spec.
+    """
     meta = body["metadata"]
+    try:
+        spec = ProxySpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        if not deleting:
+            raise
+        spec = ProxySpec()
     return machine.ProxyView(
         namespace=meta["namespace"],
         name=meta["name"],
         uid=meta["uid"],
         generation=int(meta.get("generation", 1)),
-        spec=ProxySpec.model_validate(body.get("spec") or {}),
+        spec=spec,
         status=status_of(body),
         deleting=deleting,
         recorded_hash=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
+        reconcile_request=reconcile_requested(body),
     )
 
 
@@ -360,9 +359,10 @@ async def _observe(
     watched = view.spec.provider == ProviderName.KUBERNETES and isinstance(instance_id, str)
     observed = machine.Observed(
         stack=stack,
-        instance_missing=reconcile_requested(body) is not None,
+        instance_missing=view.reconcile_request is not None,
         watches_instances=watched,
         instance=await _instance(c, view, str(instance_id)) if watched else None,
+        provider_enabled=view.spec.provider in c.programs,
     )
     ref = view.spec.cloud_init
     if ref is None:
@@ -398,7 +398,8 @@ def _pod_path(instance_id: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
-async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> None:
+async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: kopf.Patch) -> None:
+    """Observe a Proxy, ask the state machine, carry out its decision (and the outcome's)."""
     body = dict(kopf_body)
     try:
         view = _view(body)
@@ -407,19 +408,29 @@ async def _reconcile(c: Components, kopf_body: kopf.Body, patch: kopf.Patch) -> 
     c.requeue.cancel(view.namespace, view.name)
     await _drop_unsharded_finalizer(c, body)
     observed = await _observe(c, view, body)
-    decision = machine.decide(view, observed, now(), c.policy)
-    await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
-    for event in decision.events:
-        kopf.event(kopf_body, type=event.type, reason=event.reason, message=event.message)
-    if decision.action == machine.Action.ADOPT and decision.spec_hash:
-        patch.metadata.annotations[SPEC_HASH_ANNOTATION] = decision.spec_hash
-    elif decision.action == machine.Action.UP and decision.spec_hash:
+    decision = machine.decide(view, observed, now(c.clock), c.policy)
+    await _record(c, kopf_body, patch, decision)
+    if decision.action == machine.Action.UP:
         if decision.replace_instance is not None:
             await _remove_instance(c, view, decision.replace_instance)
-        decision = await _up(c, body, view, observed, decision, patch)
-        await c.writer.update(body, lambda current: reconciler_owned(current, decision.status))
+        decision = await _up(c, body, replace(view, status=decision.status), observed, decision)
+        await _record(c, kopf_body, patch, decision)
     _claim(c, view, body, patch)
-    _schedule_retry(c, view, decision)
+    if decision.permanent:
+        raise kopf.PermanentError(decision.failure)
+    if decision.retry_after is not None:
+        c.requeue.after(view.namespace, view.name, decision.retry_after)
+
+
+async def _record(
+    c: Components, body: Mapping[str, Any], patch: kopf.Patch, decision: machine.Decision
+) -> None:
+    """Write the decision's status, set its annotations, post its Events."""
+    await c.writer.update(body, decision.owned_status)
+    for key, value in decision.annotations.items():
+        patch.metadata.annotations[key] = value
+    for event in decision.events:
+        c.post_event(body, event)
 
 
 async def _remove_instance(
@@ -435,8 +446,8 @@ async def _remove_instance(
     except ApiError as error:
         if error.status not in (404, 409):  # gone already, or another incarnation by now
             raise
-    deadline = asyncio.get_running_loop().time() + _POD_GONE_TIMEOUT
-    while asyncio.get_running_loop().time() < deadline:
+    deadline = c.clock.monotonic() + _POD_GONE_TIMEOUT
+    while c.clock.monotonic() < deadline:
         try:
             pod = await c.client.get(path)
         except ApiError as error:
@@ -445,7 +456,7 @@ async def _remove_instance(
             raise
         if pod["metadata"]["uid"] != instance.key:
             return
-        await asyncio.sleep(0.5)
+        await c.clock.sleep(0.5)
 
 
 async def _up(
@@ -454,37 +465,29 @@ async def _up(
     view: machine.ProxyView,
     observed: machine.Observed,
     decision: machine.Decision,
-    patch: kopf.Patch,
 ) -> machine.Decision:
-    view = dataclasses.replace(view, status=decision.status)
-    assert view.spec.provider is not None and decision.spec_hash is not None
+    """Run `up` as decided; the state machine's decision on its outcome."""
+    provider = view.spec.provider
+    assert provider is not None and decision.spec_hash is not None  # decide() checked both
     wanted_hash = decision.spec_hash
-    program = c.programs.get(view.spec.provider)
-    if program is None:
-        return machine.after_failure(
-            view, ErrorClass.PERMANENT, f"provider {view.spec.provider} is not enabled", now()
-        )
+    program = c.programs[provider]
     secret = c.fleet.secret(view.namespace, credentials_secret_name(view.uid))
-    credentials = await ensure_credentials(
-        c.client, body, secret, c.shard.labels if c.shard else None
-    )
     inputs = ProgramInputs(
         namespace=view.namespace,
         name=view.name,
         uid=view.uid,
         instance_name=instance_name(view.uid),
         spec=view.spec,
-        credentials=credentials,
+        credentials=await ensure_credentials(
+            c.client, body, secret, c.shard.labels if c.shard else None
+        ),
         cloud_init=observed.cloud_init,
         shard=c.shard.name if c.shard else None,
     )
-
     stack = stack_name(view.namespace, view.name)
 
     async def up(inputs: ProgramInputs) -> Mapping[str, Any]:
-        run = stack_outputs.bind(
-            program, inputs, spec_hash=wanted_hash, provider=str(view.spec.provider)
-        )
+        run = stack_outputs.bind(program, inputs, spec_hash=wanted_hash, provider=str(provider))
         with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
             return await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
 
@@ -499,51 +502,34 @@ async def _up(
             outputs = await up(replace(inputs, adopt_instance=adopt))
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
-        return machine.after_failure(view, c.classify(error.text), error.text, now(), c.policy)
-    patch.metadata.annotations[SPEC_HASH_ANNOTATION] = wanted_hash
-    request = reconcile_requested(body)
-    if request is not None:
-        patch.metadata.annotations[RECONCILE_HANDLED_ANNOTATION] = request
-    status = machine.after_up(view, outputs, stack, now())
-    status = status.model_copy(update={"credentials_secret": credentials_secret_name(view.uid)})
-    return machine.Decision(machine.Action.NONE, status, spec_hash=wanted_hash)
+        return machine.after_failure(
+            view, c.classify(error.text), error.text, now(c.clock), c.policy
+        )
+    return machine.after_up(view, outputs, stack, now(c.clock), wanted_hash)
 
 
-async def _delete(c: Components, body: dict[str, Any]) -> None:
-    try:
-        view = _view(body, deleting=True)
-    except ValidationError:
-        view = None
+async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
+    """Show the deletion, destroy the stack if there is one, then let the Proxy go."""
     meta = body["metadata"]
     stack = stack_name(meta["namespace"], meta["name"])
-    if view is not None:
-        decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), now())
-        await c.writer.update(
-            body, lambda current: reconciler_owned(current, decision.status), deleting=True
-        )
-    try:
-        with c.stack_metrics.measure("destroy"), c.spans.stack_operation("destroy", stack):
-            await c.runner.destroy(stack)
-    except StackOperationError as error:
-        logger.warning("stack %s: destroy failed: %s", stack, error.text[-500:])
-        raise kopf.TemporaryError(
-            f"destroying stack {stack} failed; retrying", delay=TRANSIENT_RETRY_SECONDS
-        ) from None
+    view = _view(body, deleting=True)
+    decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), now(c.clock))
+    await c.writer.update(body, decision.owned_status, deleting=True)
+    if decision.action == machine.Action.DESTROY:
+        try:
+            with c.stack_metrics.measure("destroy"), c.spans.stack_operation("destroy", stack):
+                await c.runner.destroy(stack)
+        except StackOperationError as error:
+            logger.warning("stack %s: destroy failed: %s", stack, error.text[-500:])
+            retry = machine.after_destroy_failure(view)
+            raise kopf.TemporaryError(
+                f"destroying stack {stack} failed; retrying", delay=retry.retry_after or 0
+            ) from None
     await delete_credentials(c.client, meta["namespace"], meta["uid"])
     try:
         await c.on_proxy_gone(proxy_key(meta["namespace"], meta["name"]))
     except StoreUnavailableError:
         raise kopf.TemporaryError(
             "the lease store is unavailable: its leases are not ended yet; retrying",
-            delay=TRANSIENT_RETRY_SECONDS,
+            delay=machine.DESTROY_RETRY_SECONDS,
         ) from None
-
-
-def _schedule_retry(c: Components, view: machine.ProxyView, decision: machine.Decision) -> None:
-    """A permanent failure ends the handler as failed; a retry is a requeue, not a kopf delay."""
-    if decision.permanent:
-        provisioned = find_condition(decision.status.conditions, PROVISIONED)
-        message = provisioned.message if provisioned else ""
-        raise kopf.PermanentError(message or "permanent error")
-    if decision.retry_after is not None:
-        c.requeue.after(view.namespace, view.name, decision.retry_after)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.health.clock import Clock, LoopClock
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
@@ -98,7 +98,7 @@ class HealthStatusPump:
         self._fleet = fleet
         self._writer = writer
         self._gate = gate
-        self._clock = clock or LoopClock()
+        self._clock = clock or SystemClock()
         self._queue: asyncio.Queue[HealthReport] = asyncio.Queue(QUEUE_SIZE)
         self._held: dict[ProxyKey, _Held] = {}
         self._paused: str | None = None

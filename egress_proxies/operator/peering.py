@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, KubeClient
 
@@ -108,12 +109,19 @@ class Peering:
     """This operator's place among its peers, read from the peering objects."""
 
     def __init__(
-        self, client: KubeClient, name: str, priority: int, identity: str, namespaces: Sequence[str]
+        self,
+        client: KubeClient,
+        name: str,
+        priority: int,
+        identity: str,
+        namespaces: Sequence[str],
+        clock: Clock | None = None,
     ) -> None:
         self.name = name
         self.priority = priority
         self.identity = identity
         self._client = client
+        self._clock = clock or SystemClock()
         self._paths = peering_paths(name, namespaces)
 
     def __repr__(self) -> str:
@@ -155,7 +163,7 @@ class Peering:
 
     async def sweep_blocker(self) -> str | None:
         """Why the GC must not sweep now (also when a peering object can't be read), or None."""
-        now = datetime.datetime.now(datetime.UTC)
+        now = self._clock.utcnow()
         for path in self._paths:
             try:
                 body = await self._client.get(path)

@@ -2,10 +2,13 @@
 
 No I/O here. The kopf handlers gather what they observe (the stack's
 checkpoint, the cloud-init Secret, the instance as the pod watch last saw
-it), ask `decide` what to do, perform at most one stack operation, and fold
-its outcome back with `after_up` or `after_failure`. Every branch of seed
-sections 3-4 is a branch of these functions and is unit-tested without a
-cluster.
+it, which providers are enabled), ask `decide` what to do, and carry the
+`Decision` out: the status fields the reconciler owns (`owned_status`),
+the annotations to set, the Events, the one stack operation (up, destroy or
+none; release drops the finalizer), and when to look again. The outcome of
+the operation comes back through `after_up`, `after_failure` or
+`after_destroy_failure` as another Decision. Every branch of seed sections
+3-4 is a branch of these functions and is unit-tested without a cluster.
 
 A watched instance (a Squid pod) makes the Proxy Provisioned only once it
 is ready; one that died, was deleted, or cannot start within the policy's
@@ -20,14 +23,17 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from egress_proxies.model import (
+    GROUP,
+    HEALTHY,
     INSTANCE_FAILED,
     PERMANENT_ERROR,
     PROVISIONED,
+    SPEC_HASH_ANNOTATION,
     Backoff,
     Condition,
     ConditionStatus,
@@ -38,6 +44,7 @@ from egress_proxies.model import (
     find_condition,
 )
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
+from egress_proxies.operator.credentials import credentials_secret_name
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
@@ -45,6 +52,12 @@ from egress_proxies.stacks.errors import ErrorClass
 
 QUOTA_RETRY_SECONDS = 300.0
 CLOUD_INIT_RETRY_SECONDS = 30.0
+DESTROY_RETRY_SECONDS = 10.0
+
+# The GC (or the GCE watch) asks for an instance to be recreated by setting the
+# request annotation; a successful `up` echoes it into the handled one.
+RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
+RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
 
 # Reasons of the Provisioned condition.
 CREATED = "Created"
@@ -82,6 +95,7 @@ class ProxyView:
     status: ProxyStatus
     deleting: bool = False
     recorded_hash: str | None = None  # the spec-hash annotation
+    reconcile_request: str | None = None  # the GC's pending request to recreate the instance
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,7 @@ class Observed:
     instance_missing: bool = False  # the GC saw the stack's instance gone from its provider
     watches_instances: bool = False  # the provider's instances are watched (pods)
     instance: InstanceObservation | None = None  # the watched instance as last seen
+    provider_enabled: bool = True  # this operator has a program for the spec's provider
 
 
 @dataclass(frozen=True)
@@ -110,14 +125,50 @@ class Decision:
     """What to do, the status to show meanwhile, and when to look again."""
 
     action: Action
-    status: ProxyStatus
+    status: ProxyStatus  # only the fields `owned_status` takes are the reconciler's
     spec_hash: str | None = None
     retry_after: float | None = None  # seconds; None = wait for the next event
-    permanent: bool = False
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    permanent: bool = False  # the handler ends as failed until the spec changes
+    annotations: Mapping[str, str] = field(default_factory=dict)  # set on the Proxy
     refresh: bool = False  # `up` must first refresh the stack from the provider
     replace_instance: InstanceObservation | None = None  # delete this incarnation before `up`
     events: tuple[Event, ...] = ()
+
+    def owned_status(self, current: ProxyStatus) -> ProxyStatus:
+        """`current` with the reconciler's fields taken from this decision."""
+        return owned_status(current, self.status)
+
+    @property
+    def failure(self) -> str:
+        """Why a permanent decision failed (the Provisioned condition's message)."""
+        provisioned = find_condition(self.status.conditions, PROVISIONED)
+        return (provisioned.message if provisioned else "") or "permanent error"
+
+
+def owned_status(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
+    """Take the reconciler's fields from `decided`, keep the health engine's from `current`.
+
+    A new address means a new instance: its health is unknown until probed.
+    """
+    provisioned = find_condition(decided.conditions, PROVISIONED)
+    others = [c for c in current.conditions if c.type != PROVISIONED]
+    new_address = (decided.ip, decided.port) != (current.ip, current.port)
+    if new_address:
+        others = [c for c in others if c.type != HEALTHY]
+    return current.model_copy(
+        update={
+            "observed_generation": decided.observed_generation,
+            "ip": decided.ip,
+            "port": decided.port,
+            "instance_id": decided.instance_id,
+            "stack": decided.stack,
+            "credentials_secret": decided.credentials_secret,
+            "backoff": decided.backoff,
+            "conditions": others + ([provisioned] if provisioned else []),
+            "latency_millis": None if new_address else current.latency_millis,
+            "last_health_check_time": None if new_address else current.last_health_check_time,
+        }
+    )
 
 
 def spec_hash(spec: ProxySpec, cloud_init: str | None) -> str:
@@ -140,7 +191,13 @@ def decide(
         return _decide_delete(view, observed, now)
     if view.spec.mode == Mode.EXTERNAL:
         return _decide_external(view, now)
-    return _decide_managed(view, observed, now, policy)
+    decision = _decide_managed(view, observed, now, policy)
+    if decision.action == Action.UP and not observed.provider_enabled:
+        message = f"provider {view.spec.provider} is not enabled"
+        return after_failure(view, ErrorClass.PERMANENT, message, now, policy)
+    if decision.action == Action.ADOPT and decision.spec_hash:
+        return replace(decision, annotations={SPEC_HASH_ANNOTATION: decision.spec_hash})
+    return decision
 
 
 def _decide_delete(view: ProxyView, observed: Observed, now: str) -> Decision:
@@ -350,13 +407,34 @@ def _missing_provider_block(spec: ProxySpec) -> str | None:
     return None
 
 
-def after_up(view: ProxyView, outputs: Mapping[str, Any], stack: str, now: str) -> ProxyStatus:
-    """The status once `up` succeeded: a pending retry has run."""
+def after_up(
+    view: ProxyView,
+    outputs: Mapping[str, Any],
+    stack: str,
+    now: str,
+    spec_hash: str | None = None,
+) -> Decision:
+    """Once `up` succeeded: outputs shown, pending retry run, hash (and GC request) recorded."""
     status = _with_outputs(view, outputs, now)
     backoff = status.backoff
     if backoff is not None:
         backoff = backoff.model_copy(update={"next_retry_time": None})
-    return status.model_copy(update={"stack": stack, "backoff": backoff})
+    status = status.model_copy(
+        update={
+            "stack": stack,
+            "backoff": backoff,
+            "credentials_secret": credentials_secret_name(view.uid),
+        }
+    )
+    annotations = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash else {}
+    if view.reconcile_request is not None:
+        annotations[RECONCILE_HANDLED_ANNOTATION] = view.reconcile_request
+    return Decision(Action.NONE, status, spec_hash=spec_hash, annotations=annotations)
+
+
+def after_destroy_failure(view: ProxyView) -> Decision:
+    """A failed destroy keeps the finalizer and is tried again shortly; deletion never latches."""
+    return Decision(Action.DESTROY, view.status, retry_after=DESTROY_RETRY_SECONDS)
 
 
 def after_failure(

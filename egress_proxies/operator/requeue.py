@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 from collections.abc import Awaitable, Callable
+
+from egress_proxies.clock import Clock, SystemClock
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +24,9 @@ Touch = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, stamp)
 class Requeue:
     """One pending wake-up per Proxy; a newer request replaces the older one."""
 
-    def __init__(self, touch: Touch) -> None:
+    def __init__(self, touch: Touch, clock: Clock | None = None) -> None:
         self._touch = touch
+        self._clock = clock or SystemClock()
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def __repr__(self) -> str:
@@ -55,9 +57,9 @@ class Requeue:
                 await timer
 
     async def _fire(self, key: tuple[str, str], delay: float) -> None:
-        await asyncio.sleep(delay)
+        await self._clock.sleep(delay)
         self._timers.pop(key, None)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = self._clock.utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
             await self._touch(key[0], key[1], stamp)
         except Exception as error:  # a failed touch must not lose the wake-up

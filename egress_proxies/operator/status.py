@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import ApiError
 from egress_proxies.model import GROUP, PLURAL, VERSION, ProxyStatus, compute_phase
+from egress_proxies.operator.ports import ApiClient
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def status_of(body: Mapping[str, Any]) -> ProxyStatus:
 class StatusWriter:
     """Serializes status changes per Proxy and writes only differences."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: ApiClient) -> None:
         self._client = client
         self._written: dict[ProxyKey, ProxyStatus] = {}
         self._locks: dict[ProxyKey, asyncio.Lock] = {}

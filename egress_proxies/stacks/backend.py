@@ -24,7 +24,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 STACK_TYPE = "pulumi:pulumi:Stack"
-_SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"
+_SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"  # noqa: S105 (pulumi's public marker)
 _KEPT_HISTORY_FILES = 20
 
 

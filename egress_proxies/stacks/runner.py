@@ -16,7 +16,6 @@ stack's secrets).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import os
 import threading
@@ -28,8 +27,8 @@ from typing import Any
 
 import yaml
 from pulumi import automation as auto
-from pulumi.automation._stack import StackInitMode
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.stacks.backend import FileBackend, StackState
 from egress_proxies.stacks.naming import PROJECT
@@ -64,11 +63,16 @@ class RunnerSettings:
 class _FileBackedStack(auto.Stack):
     """A Stack that never runs `stack select`, `stack output` or `stack history`."""
 
-    def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend) -> None:
+    def __init__(
+        self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend, clock: Clock
+    ) -> None:
         self.name = name
         self.workspace = workspace
-        self._mode = StackInitMode.SELECT
         self._backend = backend
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<FileBackedStack {self.name}>"
 
     def outputs(self) -> auto.OutputMap:
         state = self._backend.read(self.name)
@@ -76,7 +80,7 @@ class _FileBackedStack(auto.Stack):
         return {key: auto.OutputValue(value, value is None) for key, value in values.items()}
 
     def info(self, show_secrets: bool = True) -> auto.UpdateSummary | None:
-        now = datetime.datetime.now(datetime.UTC)
+        now = self._clock.utcnow()
         return auto.UpdateSummary(
             kind="update",
             start_time=now,
@@ -91,8 +95,9 @@ class _FileBackedStack(auto.Stack):
 class StackRunner:
     """Creates, updates and destroys per-Proxy stacks on a file:// backend."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(self, settings: RunnerSettings, clock: Clock | None = None) -> None:
         self._settings = settings
+        self._clock = clock or SystemClock()
         state_dir = settings.state_dir.resolve()
         self.backend = FileBackend(state_dir / "backend", PROJECT)
         self._workspaces = state_dir / "workspaces"
@@ -211,7 +216,7 @@ class StackRunner:
             if not self.backend.exists(stack):
                 workspace.create_stack(stack)
             _set_uid_config(Path(str(workspace.work_dir)), stack, uid)
-            handle = _FileBackedStack(stack, workspace, self.backend)
+            handle = _FileBackedStack(stack, workspace, self.backend, self._clock)
             state = self.backend.read(stack)
             if state is not None and state.pending_operations:
                 logger.warning("stack %s has unfinished operations; refreshing them away", stack)
@@ -228,7 +233,7 @@ class StackRunner:
             return
         workspace = self._workspace(stack, _empty_program)
         self.backend.clear_stale_locks()
-        handle = _FileBackedStack(stack, workspace, self.backend)
+        handle = _FileBackedStack(stack, workspace, self.backend, self._clock)
         try:
             state = self.backend.read(stack)
             if state is not None and state.pending_operations:

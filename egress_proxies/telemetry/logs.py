@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, TextIO
 
+from typing_extensions import override
+
 from egress_proxies.model import KIND
 from egress_proxies.telemetry.tracing import SPAN_ID_KEY, TRACE_ID_KEY, TraceContextFilter
 
@@ -49,6 +51,7 @@ def log_context(
 class ContextFilter(logging.Filter):
     """Fills `proxy`, `namespace`, `stack` from kopf's object reference and `log_context`."""
 
+    @override
     def filter(self, record: logging.LogRecord) -> bool:
         for key, value in {**(_bound.get() or {}), **_kopf_keys(record)}.items():
             if not hasattr(record, key):
@@ -78,6 +81,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
+    @override
     def format(self, record: logging.LogRecord) -> str:
         plain = copy.copy(record)
         plain.exc_info = plain.exc_text = plain.stack_info = None
@@ -101,6 +105,7 @@ def _one_line(text: str) -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the keys, exception."""
 
+    @override
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(

@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from typing_extensions import override
 
 from egress_proxies.gc.sweeper import GcMetrics
 from egress_proxies.model import Phase, ProviderName
@@ -78,8 +79,10 @@ class ProxyPhaseCollector(Collector):
         self._proxies = proxies
 
     def describe(self) -> Iterable[Metric]:
+        """The metric family without counting (the registry asks once, at registration)."""
         return [self._family()]
 
+    @override
     def collect(self) -> Iterable[Metric]:
         tally = Tally({phase.value: 0 for phase in Phase})
         for body in self._proxies():

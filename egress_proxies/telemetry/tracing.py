@@ -29,6 +29,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from typing_extensions import override
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.model import ProviderName
@@ -276,6 +277,7 @@ class TracedInventory:
 class TraceContextFilter(logging.Filter):
     """Adds `traceID` and `spanID` to records logged inside a recording span; never drops one."""
 
+    @override
     def filter(self, record: logging.LogRecord) -> bool:
         span = trace.get_current_span()
         context = span.get_span_context()

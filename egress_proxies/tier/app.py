@@ -38,7 +38,7 @@ class TierSettings:
 
     lease_store: str
     kubeconfig: Path | None = None
-    host: str = "0.0.0.0"
+    host: str = "0.0.0.0"  # noqa: S104 - a Service fronts the replicas
     port: int = DEFAULT_PORT
     tokens_dir: Path | None = None
     allow_no_auth: bool = False

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from egress_proxies import crd, toolchain
-from egress_proxies.cli import build_parser
+from egress_proxies.cli import build_parser, read_settings
 from egress_proxies.kube import ApiError, KubeClient
 from tests.conftest import ClusterHandle
 
@@ -129,11 +129,14 @@ def test_the_deployment_keeps_its_invariants() -> None:
 def test_the_deployment_runs_a_command_the_cli_accepts() -> None:
     deployment = objects(kustomize(DEPLOY))[("Deployment", "egress-proxies")]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args = build_parser().parse_args(container["args"])
+    parser = build_parser()
+    args = parser.parse_args(container["args"])
     assert args.command == "run"
-    assert args.state_dir == Path("/var/lib/egress-proxies")
-    assert args.discovery_tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
-    assert (args.liveness_port, args.discovery_port, args.metrics_port) == (8080, 8090, 9090)
+    settings = read_settings(parser, args)
+    assert settings.state_dir == Path("/var/lib/egress-proxies")
+    assert settings.discovery_tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
+    ports = (settings.liveness_port, settings.discovery_port, settings.metrics_port)
+    assert ports == (8080, 8090, 9090)
 
 
 def test_the_kind_overlay_puts_the_state_on_the_mounted_dir() -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key
-from egress_proxies.health import HealthEngine, HealthReport, HttpProber, ManualClock
+from egress_proxies.clock import ManualClock
+from egress_proxies.health import HealthEngine, HealthReport, HttpProber
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from harness.origins import ORIGIN_BODY, Origin, serve_origin

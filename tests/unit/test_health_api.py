@@ -11,7 +11,6 @@ def test_public_api() -> None:
     assert set(health.__all__) == {
         "DEFAULT_WORKERS",
         "HEALTHY_REASON",
-        "Clock",
         "Failure",
         "HealthEngine",
         "HealthReport",
@@ -19,8 +18,6 @@ def test_public_api() -> None:
         "HealthState",
         "HttpProber",
         "Instance",
-        "LoopClock",
-        "ManualClock",
         "ProbeMetrics",
         "ProbeResult",
         "Prober",

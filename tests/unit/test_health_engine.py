@@ -11,13 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key
-from egress_proxies.health import (
-    Failure,
-    HealthEngine,
-    HealthReport,
-    ManualClock,
-    ProbeResult,
-)
+from egress_proxies.clock import ManualClock
+from egress_proxies.health import Failure, HealthEngine, HealthReport, ProbeResult
 from egress_proxies.model import HealthCheck
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
 

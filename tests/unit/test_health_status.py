@@ -7,9 +7,8 @@ import datetime
 from egress_proxies.catalog import proxy_key
 from egress_proxies.health import HealthReport
 from egress_proxies.model import HEALTHY, ConditionStatus, Phase, ProxyStatus, compute_phase
-from egress_proxies.operator.handlers import reconciler_owned
 from egress_proxies.operator.health_status import apply_health
-from egress_proxies.operator.reconcile import set_condition
+from egress_proxies.operator.reconcile import owned_status, set_condition
 
 CHECKED = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 
@@ -50,10 +49,10 @@ def test_an_unhealthy_report_makes_it_unhealthy_and_clears_latency() -> None:
 
 def test_the_reconciler_keeps_health_fields_unless_the_address_changes() -> None:
     current = apply_health(provisioned_status(), report(True))
-    same_address = reconciler_owned(current, provisioned_status())
+    same_address = owned_status(current, provisioned_status())
     assert any(c.type == HEALTHY for c in same_address.conditions)
     assert same_address.latency_millis == 12
-    moved = reconciler_owned(current, provisioned_status().model_copy(update={"ip": "127.9.0.3"}))
+    moved = owned_status(current, provisioned_status().model_copy(update={"ip": "127.9.0.3"}))
     assert not any(c.type == HEALTHY for c in moved.conditions)
     assert moved.latency_millis is None
     assert compute_phase(moved, deleting=False) == Phase.PROVISIONED

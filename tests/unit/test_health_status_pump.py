@@ -12,7 +12,8 @@ import pytest
 
 from egress_proxies.catalog import proxy_key
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.health import HealthReport, ManualClock
+from egress_proxies.clock import ManualClock
+from egress_proxies.health import HealthReport
 from egress_proxies.kube import ApiError, TransportError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.health_status import (

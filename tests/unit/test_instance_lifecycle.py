@@ -128,7 +128,7 @@ def test_each_failure_in_a_row_waits_longer_and_the_count_resets_after_the_windo
         decision = decide(view(status), pod(InstanceHealth.DEAD, key=key, cause="x"), now)
         assert decision.retry_after is not None
         delays.append(decision.retry_after)
-        status = after_up(view(decision.status), {"port": 3128}, "crawl.p1", now)
+        status = after_up(view(decision.status), {"port": 3128}, "crawl.p1", now).status
     assert delays == sorted(delays) and delays[-1] > 4 * delays[0]
     assert status.backoff is not None and status.backoff.failures == 4
     after_quiet = decide(view(status), pod(InstanceHealth.DEAD, key="pod-5", cause="x"), at(2000))

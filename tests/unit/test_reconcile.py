@@ -211,13 +211,13 @@ def test_a_missing_cloud_init_secret_is_reported_and_retried() -> None:
 
 
 def test_after_up_takes_the_address_from_the_outputs() -> None:
-    status = machine.after_up(view(), current_outputs(), "crawl.p1", NOW)
+    status = machine.after_up(view(), current_outputs(), "crawl.p1", NOW).status
     assert (status.ip, status.port, status.stack) == ("127.9.0.2", 3128, "crawl.p1")
     assert provisioned(status) == ("True", machine.CREATED)
 
 
 def test_after_up_without_an_address_is_still_provisioning() -> None:
-    status = machine.after_up(view(), {"ip": None, "port": 3128}, "crawl.p1", NOW)
+    status = machine.after_up(view(), {"ip": None, "port": 3128}, "crawl.p1", NOW).status
     assert provisioned(status) == ("False", machine.PROVISIONING)
 
 

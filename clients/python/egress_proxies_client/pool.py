@@ -165,7 +165,7 @@ class Pool:
             trust_env=False,
         )
         self._sleep, self._clock = sleep, clock
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._held = 0
 
     def proxies(
@@ -363,7 +363,7 @@ class AsyncPool:
             trust_env=False,
         )
         self._sleep, self._clock = sleep, clock
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._held = 0
 
     async def proxies(

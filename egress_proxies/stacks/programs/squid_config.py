@@ -12,7 +12,7 @@ import bcrypt
 
 from egress_proxies.stacks.inputs import ProxyCredentials
 
-PASSWD_PATH = "/etc/squid/auth/passwd"
+PASSWD_PATH = "/etc/squid/auth/passwd"  # noqa: S105 (a path, not a password)
 _BCRYPT_ROUNDS = 10
 _BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -1,6 +1,8 @@
-"""The time seam: the engine reads and waits on time only through a Clock.
+"""The time seam: every component reads and waits on time only through a Clock.
 
-`LoopClock` is the real one; `ManualClock` is virtual time for tests.
+`SystemClock` is the real one, built once by the composition root and handed
+to the handlers, peering, GC, stack runner, lease store and health engine;
+`ManualClock` is virtual time for tests.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -19,6 +22,10 @@ class Clock(Protocol):
         """Seconds on a clock that never goes backwards."""
         ...
 
+    def time(self) -> float:
+        """Wall time as seconds since the epoch (what leases and metrics record)."""
+        ...
+
     def utcnow(self) -> datetime:
         """The current wall time, timezone-aware UTC."""
         ...
@@ -28,15 +35,19 @@ class Clock(Protocol):
         ...
 
 
-class LoopClock:
-    """The running event loop's clock: what the operator uses."""
+class SystemClock:
+    """The machine's clocks: what the operator uses."""
 
     def __repr__(self) -> str:
-        return "<LoopClock>"
+        return "<SystemClock>"
 
     def monotonic(self) -> float:
-        """The event loop's monotonic time."""
-        return asyncio.get_running_loop().time()
+        """`time.monotonic()`, which is also the event loop's clock."""
+        return time.monotonic()
+
+    def time(self) -> float:
+        """`time.time()`."""
+        return time.time()
 
     def utcnow(self) -> datetime:
         """`datetime.now(UTC)`."""
@@ -48,7 +59,7 @@ class LoopClock:
 
 
 class ManualClock:
-    """A clock that moves only when told to: runs the engine in virtual time (tests, e2e).
+    """A clock that moves only when told to: runs components in virtual time (tests, e2e).
 
     `sleep()` returns once `advance()` has moved the clock past its deadline.
     """
@@ -72,6 +83,10 @@ class ManualClock:
     def monotonic(self) -> float:
         """The virtual time."""
         return self._now
+
+    def time(self) -> float:
+        """The wall time matching the virtual time, as epoch seconds."""
+        return self.utcnow().timestamp()
 
     def utcnow(self) -> datetime:
         """The wall time matching the virtual time."""

@@ -1,0 +1,194 @@
+"""What `egress-proxies run` can be told: one declaration for flags, env variables and defaults.
+
+Each field of `RunSettings` is one option: its flag (`--field-name` unless
+the field says otherwise), its environment variables (`EGRESS_PROXIES_` +
+the field name in capitals unless it lists its own), its default and its
+help text. `cli.py` builds the argparse grammar and `--help` from these
+fields; pydantic-settings reads the environment. A flag beats its variable,
+which beats the default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "EGRESS_PROXIES_"
+
+
+def option(
+    default: Any,
+    description: str,
+    *,
+    env: tuple[str, ...] = (),
+    flag: str | None = None,
+    **constraints: Any,
+) -> Any:
+    """A field of `RunSettings`: `env` replaces the default variable name, `flag` the flag."""
+    extra: dict[str, Any] = {}
+    if flag is not None:
+        extra["flag"] = flag
+    return Field(
+        default,
+        description=description,
+        validation_alias=AliasChoices(*env) if env else None,
+        json_schema_extra=extra or None,
+        **constraints,
+    )
+
+
+def _seconds(name: str) -> tuple[str, ...]:
+    return (f"{ENV_PREFIX}{name}_SECONDS",)
+
+
+class RunSettings(BaseSettings):
+    """The operator's options, read from `EGRESS_PROXIES_*` variables and overridden by flags."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    kubeconfig: Path | None = option(
+        None, "kubeconfig file; unset: the in-cluster service account", env=("KUBECONFIG",)
+    )
+    state_dir: Path = option(Path(".state/operator"), "Pulumi backend and stack work dirs")
+    namespaces: Annotated[list[str], NoDecode] = option(
+        [],
+        "watch only this namespace (repeatable; the variable is comma-separated); unset: all",
+        flag="--namespace",
+    )
+    concurrency: int = option(4, "pulumi operations at once", ge=1)
+    liveness_port: int | None = option(None, "serve kopf's liveness probe on this port")
+    discovery_port: int = option(8090, "the discovery + lease API's port", ge=0, le=65535)
+    # In a pod the Service reaches the operator on the pod's address: bind them all.
+    discovery_host: str = option("0.0.0.0", "the address the discovery API binds")  # noqa: S104
+    discovery_tokens_dir: Path | None = option(
+        None, "a mounted Secret: one bearer token per file, re-read on change"
+    )
+    discovery_allow_no_auth: bool = option(
+        False, "serve the discovery API without authentication (logged loudly)"
+    )
+    metrics_port: int = option(
+        9090, "serve Prometheus metrics at /metrics on this port (0 = off)", ge=0, le=65535
+    )
+    trace_health_probes: bool = option(
+        False, "one span per health probe (only when tracing is enabled by OTEL_* variables)"
+    )
+    lease_max_ttl: int = option(
+        3600, "the longest lease a crawler may ask for, in seconds", env=_seconds("LEASE_MAX_TTL")
+    )
+    lease_cooldown: float = option(
+        300.0,
+        "a ban's first cooldown, in seconds, and the longest a rate limit cools",
+        env=_seconds("LEASE_COOLDOWN"),
+    )
+    lease_rate_limit_cooldown: float = option(
+        30.0,
+        "a rate limit's first cooldown without the site's Retry-After, doubling on repeats "
+        "up to --lease-cooldown",
+        env=_seconds("LEASE_RATE_LIMIT_COOLDOWN"),
+    )
+    lease_ban_backoff_cap: float = option(
+        21600.0,
+        "the longest cooldown after repeated bans, in seconds (21600 = 6 h)",
+        env=_seconds("LEASE_BAN_BACKOFF_CAP"),
+    )
+    lease_store: str = option(
+        "memory",
+        "where leases and cooldowns live: memory (lost on restart) or a redis://, "
+        "rediss:// (TLS) or unix:// URL, with AUTH in it as redis-py reads it",
+    )
+    lease_store_prefix: str = option(
+        "egress-proxies", "the Redis key prefix; processes sharing it share leases"
+    )
+    lease_store_timeout: float = option(
+        1.0,
+        "seconds a Redis call may take before the API answers 503",
+        env=_seconds("LEASE_STORE_TIMEOUT"),
+        gt=0,
+    )
+    gc_interval: float = option(
+        600.0, "seconds between orphan GC sweeps", env=_seconds("GC_INTERVAL")
+    )
+    gc_min_age: float = option(
+        600.0, "an orphan must be this many seconds old to be deleted", env=_seconds("GC_MIN_AGE")
+    )
+    gc_allow_namespaced: bool = option(False, "sweep even when watching only some namespaces")
+    retry_base: float = option(5.0, "seconds before the first retry", env=_seconds("RETRY_BASE"))
+    retry_cap: float = option(300.0, "longest retry backoff, seconds", env=_seconds("RETRY_CAP"))
+    instance_start_timeout: float = option(
+        60.0,
+        "seconds an instance may stay stuck (image pull, crash loop) before it is replaced",
+        env=_seconds("INSTANCE_START_TIMEOUT"),
+    )
+    instance_ready_timeout: float = option(
+        300.0,
+        "seconds an instance may take to become ready before it is replaced",
+        env=_seconds("INSTANCE_READY_TIMEOUT"),
+    )
+    gcp_project: str | None = option(
+        None,
+        "the GCP project whose VMs the GC sweeps and the GCE watch polls (unset: no GCE inventory)",
+        env=(f"{ENV_PREFIX}GCP_PROJECT", "GOOGLE_PROJECT"),
+    )
+    gce_watch_interval: float = option(
+        30.0,
+        "seconds between polls of the GCE VMs of live Proxies",
+        env=_seconds("GCE_WATCH_INTERVAL"),
+    )
+    peering: str = option(
+        "egress-proxies",
+        "the kopf peering object shared with other operators (created when missing)",
+    )
+    priority: int = option(
+        0,
+        "peering priority: a live peer with a higher one pauses this operator, "
+        "the same one pauses both",
+        env=(f"{ENV_PREFIX}PEERING_PRIORITY",),
+    )
+    shard_selector: str | None = option(
+        None,
+        "own only the Proxies this label selector picks, e.g. shard=a "
+        '(docs/operations.md "Sharding")',
+    )
+    shard_name: str | None = option(
+        None,
+        "this shard's name in labels, finalizer and peering object (unset: from --shard-selector)",
+    )
+    standalone: bool = option(
+        False,
+        "no peering: for a cluster without the kopf.dev peering CRDs, where one operator "
+        "is guaranteed to run alone",
+    )
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item for item in value.split(",") if item]
+        return value
+
+    @field_validator("gcp_project", mode="before")
+    @classmethod
+    def _unset_if_empty(cls, value: Any) -> Any:
+        return value or None
+
+
+def flag_of(name: str, info: FieldInfo) -> str:
+    """The command-line flag of a field."""
+    extra = info.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
+        return str(extra["flag"])
+    return "--" + name.replace("_", "-")
+
+
+def variables_of(name: str, info: FieldInfo) -> tuple[str, ...]:
+    """The environment variables a field reads, the first one winning."""
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return tuple(str(choice) for choice in alias.choices)
+    return (ENV_PREFIX + name.upper(),)

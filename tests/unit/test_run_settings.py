@@ -1,0 +1,130 @@
+"""`egress-proxies run` options: flags and EGRESS_PROXIES_* variables from one declaration."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+
+from egress_proxies import cli
+from egress_proxies.operator import app
+from egress_proxies.operator.app import OperatorSettings
+from egress_proxies.operator.settings import RunSettings, flag_of, variables_of
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No option variable from the caller's shell leaks into these tests."""
+    for name, info in RunSettings.model_fields.items():
+        for variable in variables_of(name, info):
+            monkeypatch.delenv(variable, raising=False)
+
+
+def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSettings:
+    """The settings `egress-proxies run` would start the operator with."""
+    seen: list[OperatorSettings] = []
+
+    def capture(settings: OperatorSettings) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr(app, "run_operator", capture)
+    assert cli.main(["run", *flags]) == 0
+    [settings] = seen
+    return settings
+
+
+def test_a_flag_beats_its_variable_which_beats_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert settings_of(monkeypatch).concurrency == 4
+
+    monkeypatch.setenv("EGRESS_PROXIES_CONCURRENCY", "7")
+    assert settings_of(monkeypatch).concurrency == 7
+    assert settings_of(monkeypatch, "--concurrency", "9").concurrency == 9
+
+
+def test_variables_keep_their_historical_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EGRESS_PROXIES_NAMESPACES", "crawl,staging")
+    monkeypatch.setenv("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "42")
+    monkeypatch.setenv("EGRESS_PROXIES_PEERING_PRIORITY", "3")
+    monkeypatch.setenv("EGRESS_PROXIES_STANDALONE", "true")
+    monkeypatch.setenv("GOOGLE_PROJECT", "fallback-project")
+    monkeypatch.setenv("KUBECONFIG", "/tmp/kubeconfig")
+
+    settings = settings_of(monkeypatch)
+
+    assert settings.namespaces == ("crawl", "staging")
+    assert settings.gc_interval == datetime.timedelta(seconds=42)
+    assert settings.priority == 3
+    assert settings.peering is None
+    assert settings.gcp_project == "fallback-project"
+    assert settings.kubeconfig == Path("/tmp/kubeconfig")
+
+    monkeypatch.setenv("EGRESS_PROXIES_GCP_PROJECT", "own-project")
+    assert settings_of(monkeypatch).gcp_project == "own-project"
+
+
+def test_repeated_namespace_flags_replace_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EGRESS_PROXIES_NAMESPACES", "crawl")
+    settings = settings_of(monkeypatch, "--namespace", "a", "--namespace", "b")
+    assert settings.namespaces == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("flags", "variable", "named"),
+    [
+        (["--concurrency", "many"], None, "--concurrency / $EGRESS_PROXIES_CONCURRENCY"),
+        ([], ("EGRESS_PROXIES_CONCURRENCY", "0"), "--concurrency / $EGRESS_PROXIES_CONCURRENCY"),
+        (
+            [],
+            ("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "soon"),
+            "--gc-interval / $EGRESS_PROXIES_GC_INTERVAL_SECONDS",
+        ),
+        ([], ("EGRESS_PROXIES_STANDALONE", "perhaps"), "--standalone / $EGRESS_PROXIES_STANDALONE"),
+    ],
+)
+def test_a_bad_value_exits_naming_its_flag_and_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    variable: tuple[str, str] | None,
+    named: str,
+) -> None:
+    started: list[OperatorSettings] = []
+    monkeypatch.setattr(app, "run_operator", started.append)
+    if variable is not None:
+        monkeypatch.setenv(*variable)
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", *flags])
+
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
+    assert started == []
+
+
+def test_help_lists_every_field_with_its_flag_and_variables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+
+    for name, info in RunSettings.model_fields.items():
+        assert flag_of(name, info) in text, name
+        for variable in variables_of(name, info):
+            assert f"${variable}" in text, variable
+
+
+def test_the_declared_defaults_are_the_operators_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`OperatorSettings` keeps defaults for in-process use; they must not drift from the flags'."""
+    from_flags = settings_of(monkeypatch, "--state-dir", "/state")
+    in_process = OperatorSettings(state_dir=Path("/state"))
+    skipped = {"passphrase", "pulumi_root"}  # read from their own variables, not options
+    for field in in_process.__dataclass_fields__:
+        if field not in skipped:
+            assert getattr(from_flags, field) == getattr(in_process, field), field
