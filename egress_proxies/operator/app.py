@@ -338,7 +338,7 @@ class Operator:
                 metrics=PoolMetrics(self.metrics_registry),
             )
         )
-        register_pools(self.registry, self.pools)
+        register_pools(self.registry, self.pools, owns=shard.owns if shard else lambda _: True)
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -18,11 +18,19 @@ def register_pools(
     registry: kopf.OperatorRegistry,
     controller: PoolController,
     interval: float = DEFAULT_INTERVAL,
+    owns: Callable[[Mapping[str, str]], bool] = lambda _: True,
 ) -> None:
-    """Run one controller round per pool every `interval` seconds."""
+    """Run one controller round per pool every `interval` seconds.
+
+    `owns` picks the pools this operator runs by their labels: a shard runs
+    the pools its selector matches (docs/pools.md, "Pools and shards").
+    """
     resource = (GROUP, VERSION, POOL_PLURAL)
 
-    @kopf.timer(*resource, interval=interval, registry=registry)
+    def owned(labels: kopf.Labels, **_: Any) -> bool:
+        return owns(labels)
+
+    @kopf.timer(*resource, interval=interval, registry=registry, when=owned)
     async def pool_round(body: kopf.Body, **_: Any) -> None:
         def post_event(kind: str, reason: str, message: str) -> None:
             kopf.event(body, type=kind, reason=reason, message=message)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from egress_proxies.cli import build_parser
+from egress_proxies.cli import build_parser, read_settings
 from egress_proxies.operator.shard import shard_from_flags
 from tests.integration.test_deploy_manifests import DEPLOY, NAMESPACE, kustomize, objects
 
@@ -15,8 +15,9 @@ def test_the_shards_overlay_runs_two_operators_that_share_nothing() -> None:
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        args = build_parser().parse_args(container["args"])
-        shard = shard_from_flags(args.shard_name, args.shard_selector, args.namespaces)
+        parser = build_parser()
+        settings = read_settings(parser, parser.parse_args(container["args"]))
+        shard = shard_from_flags(settings.shard_name, settings.shard_selector, settings.namespaces)
         assert shard is not None
         (claim,) = [
             v["persistentVolumeClaim"]["claimName"]
@@ -40,4 +41,4 @@ def test_the_shards_overlay_runs_two_operators_that_share_nothing() -> None:
     assert binding["roleRef"]["name"] == "egress-proxies-shard-b"
     assert binding["subjects"][0]["name"] == "egress-proxies-shard-b"
     # One copy of each cluster-wide object.
-    assert sum(kind == "CustomResourceDefinition" for kind, _ in built) == 3
+    assert sum(kind == "CustomResourceDefinition" for kind, _ in built) == 4
