@@ -60,6 +60,7 @@ COUNTERS = (
     "egress_proxies_lease_reports",
     "egress_proxies_target_pauses",
 )
+POOL_COUNTERS = ("egress_proxies_pool_drains", "egress_proxies_pool_scaling_decisions")
 HISTOGRAMS = (
     "egress_proxies_healthcheck_duration_seconds",
     "egress_proxies_healthcheck_lateness_seconds",
@@ -254,6 +255,8 @@ def check_every_series(scrape: Scrape, namespace: str, started: float, scraped_a
         **dict.fromkeys(COUNTERS, "counter"),
         **dict.fromkeys(HISTOGRAMS, "histogram"),
         **{f"{name}_created": "gauge" for name in (*COUNTERS, *HISTOGRAMS)},
+        # Per-pool counters: declared, but this scenario has no ProxyPool, so no samples.
+        **dict.fromkeys(POOL_COUNTERS, "counter"),
     }
     elapsed = scraped_at - started
 
