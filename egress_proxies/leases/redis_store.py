@@ -50,7 +50,7 @@ from egress_proxies.leases.store import (
 from egress_proxies.leases.urls import redact_url
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 16
 SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts")
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
@@ -111,6 +111,9 @@ class RedisLeaseStore:
             decode_responses=True,
         )
         self._redis: Redis = Redis.from_pool(pool)
+        # Callers queue here first-come first-served: the pool's own wait is not fair,
+        # and with more callers than connections some starved to the timeout.
+        self._turns = asyncio.Semaphore(MAX_CONNECTIONS)
         self._texts = {name: _script_text(name) for name in SCRIPTS}
         self._shas = {
             name: hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
@@ -319,7 +322,7 @@ class RedisLeaseStore:
 
     async def _call(self, method: Any, *args: Any) -> Any:
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout), self._turns:
                 return await method(*args)
         except _UNAVAILABLE as error:
             raise StoreUnavailableError(
