@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -99,20 +99,21 @@ class RedisLeaseStore:
         self._timeout = timeout
         self._where = f"{redact_url(url)} prefix {prefix!r}"
         self._base = f"{{{prefix}}}:"
-        # A bounded pool that makes a burst wait for a free connection (within the
-        # timeout) instead of failing or opening thousands of sockets.
-        pool = BlockingConnectionPool.from_url(
+        # At most MAX_CONNECTIONS calls run at once; the rest queue on `_turns`, first
+        # come first served (the blocking pool's own wait is not fair: with more
+        # callers than connections some starved to the timeout), so the pool itself
+        # never has to wait. No socket timeout: `_call` bounds the whole call, and
+        # redis-py drops a connection whose call was cancelled mid-reply (a socket
+        # timeout would also cost a task per command, wait_for on Python 3.11).
+        pool = ConnectionPool.from_url(
             url,
             max_connections=MAX_CONNECTIONS,
-            timeout=timeout,
-            socket_timeout=timeout,
+            socket_timeout=None,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
             decode_responses=True,
         )
         self._redis: Redis = Redis.from_pool(pool)
-        # Callers queue here first-come first-served: the pool's own wait is not fair,
-        # and with more callers than connections some starved to the timeout.
         self._turns = asyncio.Semaphore(MAX_CONNECTIONS)
         self._texts = {name: _script_text(name) for name in SCRIPTS}
         self._shas = {
