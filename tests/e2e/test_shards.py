@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from egress_proxies import toolchain
@@ -31,6 +32,8 @@ from harness.operator import (
     wait_for_condition,
     wait_gone,
 )
+from harness.redis import RedisServer
+from harness.tier import DiscoveryProcess
 from tests.conftest import wait_for
 from tests.e2e.test_orphan_gc import pod_names, stray_pod
 
@@ -155,6 +158,59 @@ async def test_each_shard_provisions_only_its_own_proxies(
     nobodys = await kube.get(proxy_path(ns, "nobodys"))
     assert not nobodys["metadata"].get("finalizers")
     assert not nobodys.get("status")
+
+
+async def test_one_discovery_tier_leases_from_both_shards(
+    dev_cluster: ClusterHandle,
+    own_redis: RedisServer,
+    shard_kube: KubeClient,
+    shard_namespace: str,
+    shards: dict[str, OperatorProcess],
+    tmp_path: Path,
+) -> None:
+    """A separate `egress-proxies discovery` sees both shards' Ready Proxies and leases each."""
+    kube, ns = shard_kube, shard_namespace
+    suite = {"suite": "shards-tier"}
+    for name, shard in (("ta", "a"), ("tb", "b")):
+        body = managed_proxy(name, attributes=suite)
+        body["metadata"]["labels"] = {"shard": shard}
+        await kube.create(proxy_path(ns), body)
+    for name in ("ta", "tb"):
+        await wait_for_condition(kube, ns, name, "Healthy", "True", timeout=180)
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "crawler").write_text("shards-tier-token")
+    tier = DiscoveryProcess(
+        name="discovery-shards",
+        kubeconfig=dev_cluster.kubeconfig,
+        lease_store=own_redis.url,
+        store_timeout=10.0,
+        token_dir=tokens,
+        log=tmp_path / "discovery.log",
+        pid_dir=tmp_path / "pids",
+    )
+    tier.start()
+    try:
+        await tier.ready(timeout=60)
+        headers = {"Authorization": "Bearer shards-tier-token"}
+        held = []
+        async with aiohttp.ClientSession() as http:
+            # Each Proxy takes one lease (maxLeases 1): two at once must be one from each shard.
+            for _ in range(2):
+                request = {"ttlSeconds": 60, "selector": suite}
+                async with http.post(f"{tier.url}/v1/leases", json=request, headers=headers) as r:
+                    body = await r.json()
+                    assert r.status == 201, body
+                held.append(body["proxy"]["name"])
+            async with http.post(
+                f"{tier.url}/v1/leases", json={"ttlSeconds": 60, "selector": suite}, headers=headers
+            ) as r:
+                assert r.status == 409, await r.json()
+        assert sorted(held) == ["ta", "tb"]
+    finally:
+        tier.stop()
+        for name in ("ta", "tb"):
+            await kube.delete(proxy_path(ns, name))
 
 
 async def test_neither_shards_gc_touches_the_others(
