@@ -32,6 +32,7 @@ from harness.operator import (
     wait_for_condition,
     wait_gone,
 )
+from harness.origins import serve_origin
 from harness.redis import RedisServer
 from harness.tier import DiscoveryProcess
 from tests.conftest import wait_for
@@ -168,15 +169,9 @@ async def test_one_discovery_tier_leases_from_both_shards(
     shards: dict[str, OperatorProcess],
     tmp_path: Path,
 ) -> None:
-    """A separate `egress-proxies discovery` sees both shards' Ready Proxies and leases each."""
+    """A separate `egress-proxies discovery` sees both shards' Healthy Proxies and leases each."""
     kube, ns = shard_kube, shard_namespace
     suite = {"suite": "shards-tier"}
-    for name, shard in (("ta", "a"), ("tb", "b")):
-        body = managed_proxy(name, attributes=suite)
-        body["metadata"]["labels"] = {"shard": shard}
-        await kube.create(proxy_path(ns), body)
-    for name in ("ta", "tb"):
-        await wait_for_condition(kube, ns, name, "Healthy", "True", timeout=180)
     tokens = tmp_path / "tokens"
     tokens.mkdir()
     (tokens / "crawler").write_text("shards-tier-token")
@@ -189,28 +184,40 @@ async def test_one_discovery_tier_leases_from_both_shards(
         log=tmp_path / "discovery.log",
         pid_dir=tmp_path / "pids",
     )
-    tier.start()
-    try:
-        await tier.ready(timeout=60)
-        headers = {"Authorization": "Bearer shards-tier-token"}
-        held = []
-        async with aiohttp.ClientSession() as http:
-            # Each Proxy takes one lease (maxLeases 1): two at once must be one from each shard.
-            for _ in range(2):
-                request = {"ttlSeconds": 60, "selector": suite}
+    # Each shard's health engine probes its own Proxy through squid to this origin.
+    async with serve_origin() as origin, aiohttp.ClientSession() as http:
+        health = {
+            "url": origin.url,
+            "expectedStatus": 200,
+            "intervalSeconds": 2,
+            "timeoutSeconds": 2,
+        }
+        try:
+            for name, shard in (("ta", "a"), ("tb", "b")):
+                body = managed_proxy(name, attributes=suite, healthCheck=health)
+                body["metadata"]["labels"] = {"shard": shard}
+                await kube.create(proxy_path(ns), body)
+            for name in ("ta", "tb"):
+                await wait_for_condition(kube, ns, name, "Healthy", "True", timeout=180)
+            tier.start()
+            await tier.ready(timeout=60)
+            headers = {"Authorization": "Bearer shards-tier-token"}
+            request = {"ttlSeconds": 60, "selector": suite}
+            statuses, held = [], []
+            # Each Proxy takes one lease (maxLeases 1): two leases are one from each shard.
+            for _ in range(3):
                 async with http.post(f"{tier.url}/v1/leases", json=request, headers=headers) as r:
-                    body = await r.json()
-                    assert r.status == 201, body
-                held.append(body["proxy"]["name"])
-            async with http.post(
-                f"{tier.url}/v1/leases", json={"ttlSeconds": 60, "selector": suite}, headers=headers
-            ) as r:
-                assert r.status == 409, await r.json()
-        assert sorted(held) == ["ta", "tb"]
-    finally:
-        tier.stop()
-        for name in ("ta", "tb"):
-            await kube.delete(proxy_path(ns, name))
+                    statuses.append(r.status)
+                    if r.status == 201:
+                        held.append((await r.json())["proxy"]["name"])
+            assert statuses == [201, 201, 409]
+            assert sorted(held) == ["ta", "tb"]
+        finally:
+            tier.stop()
+            for name in ("ta", "tb"):
+                await kube.delete(proxy_path(ns, name))
+            for name in ("ta", "tb"):
+                await wait_gone(kube, proxy_path(ns, name), timeout=180)
 
 
 async def test_neither_shards_gc_touches_the_others(
@@ -291,14 +298,15 @@ async def test_a_proxy_moves_between_shards_without_a_new_instance(
             return None
         if stack_ls(shards["a"], tmp_path) != [] or meta.get("finalizers") != [f"{FINALIZER}-b"]:
             return None
-        return body
+        # The new owner's first status write can land a moment after its annotation.
+        return body if (body.get("status") or {}).get("ip") else None
 
     after = await wait_for(moved, timeout=120, interval=0.5)
     assert stack_ls(shards["b"], tmp_path) == [f"{ns}.pa", f"{ns}.pb"]
     [same] = await pods_of(kube, ns, uid)
     assert same["metadata"]["uid"] == pod["metadata"]["uid"]  # taken over, not recreated
     assert same["metadata"]["labels"][SHARD_LABEL] == "b"
-    assert after["status"]["ip"] == before["status"]["ip"]
+    assert after["status"].get("ip") == before["status"]["ip"], after["status"]
     assert f"stack {ns}.pa: shard b owns {ns}/pa now; forgetting" in shards["a"].log_text()
 
     # The new owner's delete handler destroys what the old owner created.
