@@ -63,6 +63,7 @@ from egress_proxies.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
+from egress_proxies.telemetry.tracing import Spans
 from harness.redis import RedisServer
 
 FLEET_SIZES = (100, 1_000, 10_000)
@@ -150,15 +151,16 @@ def _apps(
     stores[REDIS] = RedisLeaseStore(redis_url, prefix="bench", timeout=1.0)
     for name, store in stores.items():
         size = 1_000 if name == REDIS else int(name)
-        app = create_app(
+        # As the operator sets it up: tracing middleware (off: no OTEL_* variables), token
+        # directory, lease metrics; the handler timing goes last, nearest the handler.
+        middlewares = [Spans().server_middleware()] + ([time_leases] if name != REDIS else [])
+        apps[name] = create_app(
             FixedCatalog(fleet(size)),
             store,
             TokenDirectory(tokens_dir),
             metrics=LeaseMetrics(CollectorRegistry(), store),
+            middlewares=middlewares,
         )
-        if name != REDIS:
-            app.middlewares.append(time_leases)
-        apps[name] = app
     return apps, stores
 
 

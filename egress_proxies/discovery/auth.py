@@ -1,4 +1,4 @@
-"""Bearer-token authentication: several valid tokens at once, re-read on every request.
+"""Bearer-token authentication: several valid tokens at once, asked for on every request.
 
 Tokens come from a Secret, one per key, so a rotation adds the new token, rolls
 the clients, then removes the old one, with no restart. Comparison is
@@ -15,9 +15,6 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 
-from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
-
 from egress_proxies.discovery.errors import ApiError
 from egress_proxies.errors import EgressProxiesError
 
@@ -27,7 +24,6 @@ TokenSource = Callable[[], frozenset[str]]
 """Returns the tokens valid right now; called once per request."""
 
 MIN_TOKEN_LENGTH = 16
-UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 _TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}
 
@@ -66,7 +62,7 @@ def _digest(token: str) -> bytes:
 
 
 class BearerAuth:
-    """The authentication middleware's state: token digests and whether auth is on."""
+    """Checks a request's bearer token: token digests and whether auth is on."""
 
     def __init__(self, tokens: TokenSource, *, allow_no_auth: bool) -> None:
         self._tokens = tokens
@@ -116,14 +112,3 @@ class BearerAuth:
                 "discovery API has no valid tokens: every request except /healthz is "
                 "refused until the token Secret provides one"
             )
-
-    def middleware(self) -> Middleware:
-        """The aiohttp middleware enforcing this authentication (/healthz, /openapi.json exempt)."""
-
-        @web.middleware
-        async def bearer_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path not in UNAUTHENTICATED_PATHS:
-                self.check(request.headers.get("Authorization"))
-            return await handler(request)
-
-        return bearer_auth

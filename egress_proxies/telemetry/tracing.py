@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from importlib.metadata import entry_points
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
@@ -200,11 +200,13 @@ class Spans:
 
         Put it first in the application's middlewares so the span covers the
         others (authentication, error bodies). 5xx responses mark the span as an error.
+        While no tracer can record (no tracer given, no SDK installed) it does
+        nothing per request: a no-op span would be dropped unseen anyway.
         """
 
         @web.middleware
         async def trace_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path in UNTRACED_PATHS:
+            if request.path in UNTRACED_PATHS or not self._may_record():
                 return await handler(request)
             with self._server_span(request) as span:
                 try:
@@ -221,10 +223,15 @@ class Spans:
 
         return trace_requests
 
+    def _may_record(self) -> bool:
+        # The API's default provider hands out no-op spans until an SDK is installed.
+        return self._tracer is not None or not isinstance(
+            trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+        )
+
     @contextlib.contextmanager
     def _server_span(self, request: web.Request) -> Iterator[trace.Span]:
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else None
+        route = _route_template(request)
         attributes = {"http.request.method": request.method, "url.path": request.path}
         if route is not None:
             attributes["http.route"] = route
@@ -237,6 +244,16 @@ class Spans:
             set_status_on_exception=False,
         ) as span:
             yield span
+
+
+def _route_template(request: web.Request) -> str | None:
+    """The matched route's path template; None for aiohttp's 404/405 and for routes
+    answering any method, which an application adds as its own 404/405 fallbacks."""
+    route = request.match_info.route
+    resource = route.resource
+    if resource is None or route.method == hdrs.METH_ANY:
+        return None
+    return resource.canonical
 
 
 def _record_status(span: trace.Span, status: int) -> None:
