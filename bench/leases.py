@@ -153,7 +153,7 @@ def _apps(
         size = 1_000 if name == REDIS else int(name)
         # As the operator sets it up: tracing middleware (off: no OTEL_* variables), token
         # directory, lease metrics; the handler timing goes last, nearest the handler.
-        middlewares = [Spans().server_middleware()] + ([time_leases] if name != REDIS else [])
+        middlewares = Spans().server_middlewares() + ([time_leases] if name != REDIS else [])
         apps[name] = create_app(
             FixedCatalog(fleet(size)),
             store,

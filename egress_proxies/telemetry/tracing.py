@@ -195,18 +195,26 @@ class Spans:
             "health.probe", Context(), attributes={ATTR_NAMESPACE: namespace, ATTR_PROXY: name}
         )
 
+    def server_middlewares(self) -> list[Middleware]:
+        """The discovery app's middlewares: the server span's, or none while no tracer can
+        record (no tracer given, no SDK installed by `setup_tracing`, which must come first).
+
+        Without an SDK every span is a no-op that nobody sees, so the request skips it.
+        """
+        provider = trace.get_tracer_provider()
+        no_op = isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+        return [] if self._tracer is None and no_op else [self.server_middleware()]
+
     def server_middleware(self) -> Middleware:
         """aiohttp middleware: one server span per request (not /healthz), continuing traceparent.
 
         Put it first in the application's middlewares so the span covers the
         others (authentication, error bodies). 5xx responses mark the span as an error.
-        While no tracer can record (no tracer given, no SDK installed) it does
-        nothing per request: a no-op span would be dropped unseen anyway.
         """
 
         @web.middleware
         async def trace_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path in UNTRACED_PATHS or not self._may_record():
+            if request.path in UNTRACED_PATHS:
                 return await handler(request)
             with self._server_span(request) as span:
                 try:
@@ -222,12 +230,6 @@ class Spans:
                 return response
 
         return trace_requests
-
-    def _may_record(self) -> bool:
-        # The API's default provider hands out no-op spans until an SDK is installed.
-        return self._tracer is not None or not isinstance(
-            trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-        )
 
     @contextlib.contextmanager
     def _server_span(self, request: web.Request) -> Iterator[trace.Span]:
