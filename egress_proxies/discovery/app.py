@@ -1,4 +1,4 @@
-"""The aiohttp application: routes, middleware, body limit, and how to serve it."""
+"""The aiohttp application: routes, body limit, and how to serve it."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from aiohttp.typedefs import Middleware
 
 from egress_proxies.catalog import ProxyCatalog
 from egress_proxies.discovery.auth import BearerAuth, TokenSource
-from egress_proxies.discovery.errors import json_errors
 from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder, PoolDemandRecorder
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.openapi import render_openapi
+from egress_proxies.discovery.routing import Routes
 from egress_proxies.leases import LeaseStore
 
 DEFAULT_PORT = 8090
@@ -37,7 +37,8 @@ def create_app(
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
     `synced` says whether `catalog` holds the fleet yet (the separate tier's
     watch); /readyz is 503 not_synced until it does.
-    `middlewares` run outermost (tracing).
+    `middlewares` (aiohttp-style: tracing) run outermost around every route,
+    composed once here rather than by aiohttp per request (see routing.py).
     """
     auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
     auth.refresh()
@@ -49,19 +50,18 @@ def create_app(
         synced,
         demand,
     )
-    app = web.Application(
-        middlewares=[*middlewares, json_errors, auth.middleware()],
-        client_max_size=MAX_BODY_BYTES,
-    )
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    routes = Routes(app, auth, middlewares)
     lease = "/v1/leases/{lease_id}"
-    app.router.add_get("/healthz", handlers.health)
-    app.router.add_get("/readyz", handlers.ready)
-    app.router.add_get("/openapi.json", handlers.openapi)
-    app.router.add_get("/v1/proxies", handlers.list_proxies)
-    app.router.add_post("/v1/leases", handlers.acquire)
-    app.router.add_delete(lease, handlers.release)
-    app.router.add_post(lease + "/report", handlers.report)
-    app.router.add_post(lease + "/renew", handlers.renew)
+    routes.add("GET", "/healthz", handlers.health, public=True)
+    routes.add("GET", "/readyz", handlers.ready, public=True)
+    routes.add("GET", "/openapi.json", handlers.openapi, public=True)
+    routes.add("GET", "/v1/proxies", handlers.list_proxies)
+    routes.add("POST", "/v1/leases", handlers.acquire)
+    routes.add("DELETE", lease, handlers.release)
+    routes.add("POST", lease + "/report", handlers.report)
+    routes.add("POST", lease + "/renew", handlers.renew)
+    routes.close()
     return app
 
 

@@ -5,7 +5,8 @@
     web.HTTPException       raised by aiohttp (unknown route 404, method 405, body 413)
     any other Exception     a bug: logged with its traceback, answered 500 internal_error
 
-`json_errors` is the outermost middleware and turns all three into the same body.
+`error_response` turns all four into the same body; every route's handler is
+wrapped in it (see routing.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 from collections.abc import Mapping
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from egress_proxies.discovery.schemas import ErrorBody
 from egress_proxies.errors import EgressProxiesError
@@ -65,25 +65,20 @@ def json_response(
     return web.Response(body=body.encode(), status=status, headers=all_headers)
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Answer every refusal and every failure with a JSON error body."""
-    try:
-        return await handler(request)
-    except ApiError as error:
+def error_response(request: web.Request, error: Exception) -> web.Response:
+    """The JSON answer to what a handler raised; re-raises HTTP exceptions below 400."""
+    if isinstance(error, ApiError):
         return error.response()
-    except StoreUnavailableError as error:
+    if isinstance(error, StoreUnavailableError):
         return store_unavailable(error).response()
-    except web.HTTPException as error:
+    if isinstance(error, web.HTTPException):
         if error.status < 400:
-            raise
+            raise error
         code = _CODES_BY_STATUS.get(error.status, "http_error")
         headers = {name: error.headers[name] for name in _KEPT_HEADERS if name in error.headers}
-        detail = _detail(request, error)
-        return ApiError(error.status, code, detail, headers).response()
-    except Exception:
-        logger.exception("discovery request %s %s failed", request.method, request.path)
-        return ApiError(500, "internal_error", "the server failed; see its log").response()
+        return ApiError(error.status, code, _detail(request, error), headers).response()
+    logger.error("discovery request %s %s failed", request.method, request.path, exc_info=error)
+    return ApiError(500, "internal_error", "the server failed; see its log").response()
 
 
 def store_unavailable(error: StoreUnavailableError) -> ApiError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -13,6 +13,7 @@ from egress_proxies.discovery.errors import ApiError
 from egress_proxies.discovery.schemas import MAX_SELECTOR_ATTRIBUTES
 from egress_proxies.leases import LeaseId, parse_lease_id
 
+JSON = "application/json"
 ATTRIBUTE_PREFIX = "attr."
 MAX_ATTRIBUTE_LENGTH = 253
 _MAX_REPORTED_ERRORS = 5
@@ -75,13 +76,33 @@ def lease_id_of(request: web.Request) -> LeaseId:
 
 async def read_body(request: web.Request, model: type[Body]) -> Body:
     """The JSON body validated as `model` (415, 413 or 400 otherwise)."""
-    if request.content_type != "application/json":
+    if not _is_json(request):
         raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = await request.read()
+    raw = await _body(request)
     try:
         return model.model_validate_json(raw)
     except ValidationError as error:
         raise _body_error(error) from None
+
+
+def _is_json(request: web.Request) -> bool:
+    # The exact header needs no parsing; anything else is parsed as aiohttp does.
+    if request.headers.get(hdrs.CONTENT_TYPE) == JSON:
+        return True
+    return request.content_type == JSON
+
+
+async def _body(request: web.Request) -> bytes:
+    """The request body, at most `client_max_size` bytes (413 otherwise)."""
+    payload = request.content
+    if not payload.is_eof():
+        return await request.read()
+    # The whole body has arrived (a small one usually comes with the headers): take it
+    # from the buffer rather than through request.read()'s loop of awaited chunks.
+    raw = payload.read_nowait()
+    if request.client_max_size and len(raw) > request.client_max_size:
+        raise web.HTTPRequestEntityTooLarge(request.client_max_size, len(raw))
+    return raw
 
 
 def _body_error(error: ValidationError) -> ApiError:

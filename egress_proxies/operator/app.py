@@ -383,7 +383,7 @@ class Operator:
             metrics=self.metrics.leases,
             demand=self.demand,
             allow_no_auth=self.settings.discovery_allow_no_auth,
-            middlewares=[self.spans.server_middleware()],
+            middlewares=self.spans.server_middlewares(),
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from importlib.metadata import entry_points
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
@@ -195,6 +195,16 @@ class Spans:
             "health.probe", Context(), attributes={ATTR_NAMESPACE: namespace, ATTR_PROXY: name}
         )
 
+    def server_middlewares(self) -> list[Middleware]:
+        """The discovery app's middlewares: the server span's, or none while no tracer can
+        record (no tracer given, no SDK installed by `setup_tracing`, which must come first).
+
+        Without an SDK every span is a no-op that nobody sees, so the request skips it.
+        """
+        provider = trace.get_tracer_provider()
+        no_op = isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+        return [] if self._tracer is None and no_op else [self.server_middleware()]
+
     def server_middleware(self) -> Middleware:
         """aiohttp middleware: one server span per request (not /healthz), continuing traceparent.
 
@@ -223,8 +233,7 @@ class Spans:
 
     @contextlib.contextmanager
     def _server_span(self, request: web.Request) -> Iterator[trace.Span]:
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else None
+        route = _route_template(request)
         attributes = {"http.request.method": request.method, "url.path": request.path}
         if route is not None:
             attributes["http.route"] = route
@@ -237,6 +246,16 @@ class Spans:
             set_status_on_exception=False,
         ) as span:
             yield span
+
+
+def _route_template(request: web.Request) -> str | None:
+    """The matched route's path template; None for aiohttp's 404/405 and for routes
+    answering any method, which an application adds as its own 404/405 fallbacks."""
+    route = request.match_info.route
+    resource = route.resource
+    if resource is None or route.method == hdrs.METH_ANY:
+        return None
+    return resource.canonical
 
 
 def _record_status(span: trace.Span, status: int) -> None:

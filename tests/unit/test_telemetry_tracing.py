@@ -26,6 +26,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from egress_proxies.catalog import proxy_key
+from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.discovery import create_app
+from egress_proxies.leases import MemoryLeaseStore
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.inventory import InstanceId, InventoryListing
 from egress_proxies.telemetry.tracing import (
@@ -79,7 +82,8 @@ SCRIPT = textwrap.dedent(
             logging.getLogger("test").info("inside")
     with spans.gc_sweep():
         pass
-    print("RESULT", installed, type(trace.get_tracer_provider()).__name__, recording)
+    middlewares = len(spans.server_middlewares())
+    print("RESULT", installed, type(trace.get_tracer_provider()).__name__, recording, middlewares)
     """
 )
 
@@ -111,9 +115,9 @@ def console_spans(output: str) -> list[dict[str, Any]]:
     return spans
 
 
-def test_with_nothing_set_no_sdk_is_installed_and_logs_have_no_trace_ids() -> None:
+def test_with_nothing_set_no_sdk_is_installed_no_request_is_traced_and_logs_have_no_ids() -> None:
     done = run_script()
-    assert result_line(done.stdout) == ["False", "ProxyTracerProvider", "False"]
+    assert result_line(done.stdout) == ["False", "ProxyTracerProvider", "False", "0"]
     assert "INFO inside traceID=- spanID=-" in done.stderr
 
 
@@ -125,12 +129,12 @@ def test_with_nothing_set_no_sdk_is_installed_and_logs_have_no_trace_ids() -> No
     ],
 )
 def test_disabling_variables_force_tracing_off(env: dict[str, str]) -> None:
-    assert result_line(run_script(**env).stdout) == ["False", "ProxyTracerProvider", "False"]
+    assert result_line(run_script(**env).stdout) == ["False", "ProxyTracerProvider", "False", "0"]
 
 
 def test_a_missing_exporter_package_is_a_clear_warning_and_tracing_stays_off() -> None:
     done = run_script(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
-    assert result_line(done.stdout) == ["False", "ProxyTracerProvider", "False"]
+    assert result_line(done.stdout) == ["False", "ProxyTracerProvider", "False", "0"]
     assert (
         "WARNING tracing: the otlp exporter needs opentelemetry-exporter-otlp-proto-http, "
         "which is not installed"
@@ -140,7 +144,7 @@ def test_a_missing_exporter_package_is_a_clear_warning_and_tracing_stays_off() -
 
 def test_an_otlp_endpoint_alone_turns_tracing_on() -> None:
     done = run_script(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
-    assert result_line(done.stdout) == ["True", "TracerProvider", "True"]
+    assert result_line(done.stdout) == ["True", "TracerProvider", "True", "1"]
 
 
 def test_a_traceparent_in_the_environment_is_named_when_pulumi_took_the_provider() -> None:
@@ -168,7 +172,7 @@ def test_a_traceparent_in_the_environment_is_named_when_pulumi_took_the_provider
 
 def test_console_prints_the_reconcile_tree_and_logs_carry_its_ids() -> None:
     done = run_script(OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="")
-    assert result_line(done.stdout) == ["True", "TracerProvider", "True"]
+    assert result_line(done.stdout) == ["True", "TracerProvider", "True", "1"]
     printed = {span["name"]: span for span in console_spans(done.stdout)}
     assert set(printed) == {"reconcile", "stack.up", "gc.sweep"}
     root, child, sweep = printed["reconcile"], printed["stack.up"], printed["gc.sweep"]
@@ -329,6 +333,32 @@ async def test_discovery_requests_are_server_spans_continuing_the_callers_trace(
     assert [event.name for event in failed.events] == ["exception"]
     assert done["GET"].attributes is not None
     assert done["GET"].attributes["http.response.status_code"] == 404
+
+
+async def test_the_discovery_apps_own_404_and_405_name_no_route(
+    spans: Spans, exporter: InMemorySpanExporter
+) -> None:
+    token = "a-token-long-enough-0123"
+    app = create_app(
+        Fleet(),
+        MemoryLeaseStore(),
+        lambda: frozenset({token}),
+        middlewares=spans.server_middlewares(),
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.put("/v1/leases", headers=headers)).status == 405
+        assert (await client.get("/nowhere", headers=headers)).status == 404
+        assert (await client.post("/v1/leases", headers=headers, data=b"{")).status == 415
+    done = finished(exporter)
+    assert set(done) == {"PUT", "GET", "POST /v1/leases"}
+    assert done["PUT"].attributes is not None and "http.route" not in done["PUT"].attributes
+    assert done["PUT"].attributes["http.response.status_code"] == 405
+    assert done["GET"].attributes is not None
+    assert done["GET"].attributes["http.response.status_code"] == 404
+    posted = done["POST /v1/leases"].attributes
+    assert posted is not None and posted["http.route"] == "/v1/leases"
+    assert posted["http.response.status_code"] == 415
 
 
 def log_record() -> logging.LogRecord:
