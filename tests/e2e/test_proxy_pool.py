@@ -335,10 +335,12 @@ async def test_scale_down_removes_the_leased_proxy_last_and_only_after_release(
     await watcher
     for moment, what in timeline:
         print(f"{moment:7.2f}s  {what}")
-    gone_order = [what.split()[0] for _, what in timeline if what.endswith(" gone")]
-    assert gone_order[-1] == leased and len(gone_order) == 3
+    gone_at = {what.split()[0]: t for t, what in timeline if what.endswith(" gone")}
+    assert len(gone_at) == 3
+    # One poll of the watcher can see several go: order by time, not by list position.
+    assert all(t <= gone_at[leased] for t in gone_at.values())
     released_at = next(t for t, what in timeline if what.startswith("lease on"))
-    assert next(t for t, what in timeline if what == f"{leased} gone") > released_at
+    assert gone_at[leased] > released_at
     await env.kube.delete(env.pools("drain"))
 
 
@@ -460,11 +462,18 @@ async def test_demand_grows_the_pool_to_max_and_idleness_shrinks_it_back(env: En
         return len(held) == 3
 
     await wait_for(three_held, timeout=60)
-    body = await env.pool("auto")
+
+    async def limited_at_max() -> dict[str, Any] | None:
+        # The demand figures reach the status on the controller's next pass.
+        body = await env.pool("auto")
+        conditions = (body.get("status") or {}).get("conditions") or []
+        limited: dict[str, Any] = next((c for c in conditions if c["type"] == "ScalingLimited"), {})
+        at_max = limited.get("status") == "True" and limited.get("reason") == "AtMaxReplicas"
+        return body if at_max else None
+
+    body = await wait_for(limited_at_max, timeout=30, interval=0.5)
     assert body["spec"]["replicas"] == 3
-    limited = next(c for c in body["status"]["conditions"] if c["type"] == "ScalingLimited")
     print(f"at max: {body['status']}; requests waited {waited[0]} times")
-    assert limited["status"] == "True" and limited["reason"] == "AtMaxReplicas"
     stop.set()
     await asyncio.gather(*clients)
     released_at = time.monotonic()
