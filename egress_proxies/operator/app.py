@@ -28,7 +28,6 @@ from egress_proxies.gc.sweeper import (
     DEFAULT_INTERVAL,
     DEFAULT_MIN_AGE,
     Sweeper,
-    SweepRefusedError,
     always_sweep,
     list_live_proxies,
 )
@@ -69,16 +68,15 @@ from egress_proxies.operator.peering import (
 from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
-from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
+from egress_proxies.operator.state_dir import StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_adoption import adoptable
-from egress_proxies.providers.gcp_auth import CredentialsError, application_default_tokens
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
-from egress_proxies.stacks.programs.gce_vm import gce_vm_program
+from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
@@ -190,7 +188,26 @@ def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> Le
 
 def programs() -> dict[ProviderName, Program]:
     """The inline program of each provider."""
-    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: gce_vm_program}
+    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: _gce_vm_program}
+
+
+def _gce_vm_program(inputs: ProgramInputs) -> None:
+    """The GCE VM program, imported on its first run (see `gce_inventory`)."""
+    from egress_proxies.stacks.programs.gce_vm import gce_vm_program  # noqa: PLC0415
+
+    gce_vm_program(inputs)
+
+
+def gce_inventory(project: str, shard: Shard | None) -> GceInventory:
+    """The GCE inventory of `project`, with Application Default Credentials.
+
+    google-auth (with `requests` and cryptography) and pulumi-gcp are imported
+    only by an operator with a GCP project or a GCE Proxy: about 5 MiB of
+    resident memory that an operator of Squid pods never uses.
+    """
+    from egress_proxies.providers.gcp_auth import application_default_tokens  # noqa: PLC0415
+
+    return GceInventory(project, application_default_tokens(), shard=shard.name if shard else None)
 
 
 class Operator:
@@ -257,15 +274,7 @@ class Operator:
             ),
             self.clock,
         )
-        self.gce = (
-            GceInventory(
-                settings.gcp_project,
-                application_default_tokens(),
-                shard=shard.name if shard else None,
-            )
-            if settings.gcp_project
-            else None
-        )
+        self.gce = gce_inventory(settings.gcp_project, shard) if settings.gcp_project else None
         inventories: list[Inventory] = [
             TracedInventory(MeteredInventory(inventory, self.metrics.providers), self.spans)
             for inventory in (
@@ -512,15 +521,7 @@ def run_operator(settings: OperatorSettings) -> int:
     cap_malloc_arenas()  # before the runner's and asyncio's threads allocate
     try:
         operator = Operator(settings)
-    except (
-        ConfigurationError,
-        StateDirBusyError,
-        SweepRefusedError,
-        CredentialsError,
-        KeyError,
-        FileNotFoundError,
-        ValueError,
-    ) as error:
+    except (EgressProxiesError, KeyError, FileNotFoundError, ValueError) as error:
         logger.error("cannot start: %s", error)
         return 2
 
