@@ -80,7 +80,7 @@ from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
-from egress_proxies.telemetry.memory import cap_malloc_arenas, snapshots_on_signal
+from egress_proxies.telemetry.memory import HeapTrimmer, cap_malloc_arenas, snapshots_on_signal
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
 from egress_proxies.telemetry.pool_metrics import PoolMetrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
@@ -231,6 +231,7 @@ class Operator:
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
         self.spans = Spans(trace_probes=settings.trace_health_probes)
+        self.trimmer = HeapTrimmer(self.clock)
         self.failed = False
         self.claim = StateDirClaim.acquire(settings.state_dir)
         try:
@@ -424,6 +425,7 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
+                asyncio.create_task(self.trimmer.run(), name="heap trimmer"),
             ]
             if self.gce_watcher is not None:
                 background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
