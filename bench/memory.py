@@ -12,9 +12,11 @@ tracemalloc's own overhead inflates RSS then, so its RSS numbers are not
 comparable to a run without it.
 
 `--baseline-env NAME=VALUE` (repeatable) measures a second operator per
-kind first, with those variables (say `PYTHONPATH=/path/to/old/checkout`
-for the code before a change, or `MALLOC_ARENA_MAX=8`), and prints each
-reading of this one ÷ the baseline's, both measured in this run. Each
+kind first, with those variables, and prints each reading of this one ÷
+the baseline's, both measured in this run. For the code before a change:
+`--baseline-env PYTHONPATH=/path/to/old/checkout --baseline-env
+PYTHONSAFEPATH=1` (the operator runs as `python -m` from this directory,
+which would otherwise come first on its path). Each
 operator's namespace is deleted when it is done (finalizers stripped), so
 the next one starts beside no leftover pods.
 
