@@ -48,15 +48,16 @@ async def wait_for_trims(trimmer: HeapTrimmer, count: int) -> None:
 
 
 @glibc_only
-def test_a_trim_returns_the_holes_a_burst_left() -> None:
+def test_after_a_trim_a_burst_leaves_no_freed_buffer_resident() -> None:
     trimmer = HeapTrimmer(ManualClock())
+    before_burst = resident_kib()
     survivors = burst(200)
-    before = resident_kib()
 
     trimmer.trim()
 
-    freed_kib = 200 * BUFFER // 1024
-    assert before - resident_kib() > freed_kib // 2
+    # In a fresh process the buffers are heap holes until the trim; where glibc
+    # mapped them instead, they were gone already. Either way none stays.
+    assert resident_kib() - before_burst < 200 * BUFFER // 1024 // 2
     assert survivors
 
 
