@@ -11,7 +11,17 @@ snapshots of the operator (0 vs the largest count) by allocation site;
 tracemalloc's own overhead inflates RSS then, so its RSS numbers are not
 comparable to a run without it.
 
+`--baseline-env NAME=VALUE` (repeatable) measures a second operator per
+kind first, with those variables, and prints each reading of this one ÷
+the baseline's, both measured in this run. For the code before a change:
+`--baseline-env PYTHONPATH=/path/to/old/checkout --baseline-env
+PYTHONSAFEPATH=1` (the operator runs as `python -m` from this directory,
+which would otherwise come first on its path). Each
+operator's namespace is deleted when it is done (finalizers stripped), so
+the next one starts beside no leftover pods.
+
     .venv/bin/python -m bench.memory [--counts 100,300] [--kinds external,managed]
+        [--baseline-env NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import tempfile
 import time
 import tracemalloc
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -154,52 +165,91 @@ def top_sites(first: Path, last: Path, proxies: int) -> list[str]:
     return lines
 
 
+@dataclass
+class Readings:
+    """One operator's RSS, in KiB: with no Proxy, and at each count of Ready ones."""
+
+    label: str
+    empty: int = 0
+    at: dict[int, int] = field(default_factory=dict)
+
+    def growth(self, count: int) -> float:
+        """KiB of RSS per Ready Proxy at `count`, over the empty operator."""
+        return (self.at[count] - self.empty) / count
+
+
 async def measure_kind(
     kube: KubeClient,
     kind: str,
     counts: list[int],
     endpoint: str,
     health_url: str,
-    root: Path,
+    work: Path,
+    env: dict[str, str],
     args: argparse.Namespace,
     progress: Progress,
     processes: Descendants,
-) -> None:
+    label: str,
+) -> Readings:
     """One operator, one kind of Proxy: RSS at 0 and at each count."""
     namespace = await create_namespace(kube, f"bench-mem-{kind}")
-    work = root / f"operator-{kind}"
     work.mkdir()
     snapshots = work / "snapshots"
-    env = dict(OPERATOR_ENV) | dict(item.split("=", 1) for item in args.operator_env)
     if args.tracemalloc:
-        env[TRACEMALLOC_ENV] = str(snapshots)
+        env = env | {TRACEMALLOC_ENV: str(snapshots)}
+    readings = Readings(label)
+    name = f"{kind} ({label})"
     with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
         await wait_operator_up(op)
         await asyncio.sleep(SETTLE_SECONDS)
         zero = await sample_rss(operator_pid(op))
+        readings.empty = zero.current
         first = snapshot(op, snapshots, 0) if args.tracemalloc else None
-        print(f"{kind}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies", flush=True)
+        print(f"{name}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies", flush=True)
         made = 0
         for count in counts:
             bodies = [
                 proxy_body(f"{kind[0]}{index:04d}", kind, endpoint, health_url)
                 for index in range(made, count)
             ]
-            progress(f"{kind}: {len(bodies)} more Proxies, for {count}")
+            progress(f"{name}: {len(bodies)} more Proxies, for {count}")
             seconds = await apply_until_ready(kube, namespace, bodies, progress)
             made = count
             await asyncio.sleep(SETTLE_SECONDS)
             rss = await sample_rss(operator_pid(op))
-            growth = (rss.current - zero.current) / count
+            readings.at[count] = rss.current
             print(
-                f"{kind}: {count} Ready in {seconds:.0f} s; RSS {rss.current / 1024:.1f} MiB "
-                f"(peak {rss.peak / 1024:.1f}): {growth:.0f} KiB per Proxy",
+                f"{name}: {count} Ready in {seconds:.0f} s; RSS {rss.current / 1024:.1f} MiB "
+                f"(peak {rss.peak / 1024:.1f}): {readings.growth(count):.0f} KiB per Proxy",
                 flush=True,
             )
         if first is not None:
             last = snapshot(op, snapshots, 1)
-            print(f"{kind}: allocation sites that grew most (0 -> {made} Proxies):")
+            print(f"{name}: allocation sites that grew most (0 -> {made} Proxies):")
             print("\n".join(top_sites(first, last, made)), flush=True)
+    await delete_namespace(kube, namespace)
+    return readings
+
+
+async def delete_namespace(kube: KubeClient, namespace: str) -> None:
+    """Strip the Proxies' finalizers (their operator is stopped) and delete the namespace."""
+    for item in (await kube.get(proxy_path(namespace)))["items"]:
+        if item["metadata"].get("finalizers"):
+            await kube.patch(
+                proxy_path(namespace, item["metadata"]["name"]), {"metadata": {"finalizers": None}}
+            )
+    await kube.delete(f"/api/v1/namespaces/{namespace}")
+
+
+def compare(kind: str, ours: Readings, baseline: Readings) -> None:
+    """Print this operator's readings ÷ the baseline's."""
+    parts = [f"empty {ours.empty / baseline.empty:.2f}"]
+    for count in ours.at:
+        parts.append(
+            f"per Proxy at {count} {ours.growth(count):.0f} / {baseline.growth(count):.0f} KiB"
+            f" = {ours.growth(count) / baseline.growth(count):.2f}"
+        )
+    print(f"{kind}: this ÷ baseline: " + "; ".join(parts), flush=True)
 
 
 def kube_config(args: argparse.Namespace) -> Path:
@@ -218,10 +268,30 @@ async def measure(
         async with KubeClient(handle.credentials) as kube, serve_origin() as origin:
             squid_namespace = await create_namespace(kube, "bench-mem-squid")
             endpoint = await open_squid(kube, squid_namespace)
+            env = dict(OPERATOR_ENV) | dict(item.split("=", 1) for item in args.operator_env)
             for kind in args.kinds:
-                await measure_kind(
-                    kube, kind, args.counts, endpoint, origin.url, root, args, progress, processes
-                )
+                variants = [("this", env)]
+                if args.baseline_env:
+                    baseline = env | dict(item.split("=", 1) for item in args.baseline_env)
+                    variants.insert(0, ("baseline", baseline))
+                readings = [
+                    await measure_kind(
+                        kube,
+                        kind,
+                        args.counts,
+                        endpoint,
+                        origin.url,
+                        root / f"operator-{kind}-{label}",
+                        variant_env,
+                        args,
+                        progress,
+                        processes,
+                        label,
+                    )
+                    for label, variant_env in variants
+                ]
+                if len(readings) == 2:
+                    compare(kind, readings[1], readings[0])
         progress("stopping the dev cluster")
 
 
@@ -233,6 +303,12 @@ def main() -> None:
     parser.add_argument("--tracemalloc", action="store_true", help="diff allocation sites")
     parser.add_argument(
         "--operator-env", action="append", default=[], help="NAME=VALUE for the operator"
+    )
+    parser.add_argument(
+        "--baseline-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE for a baseline operator measured first in the same run",
     )
     args = parser.parse_args()
     args.counts = sorted(int(count) for count in args.counts.split(","))

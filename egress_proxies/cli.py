@@ -14,7 +14,6 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from egress_proxies import crd
-from egress_proxies.devcluster import cluster
 from egress_proxies.operator.settings import RunSettings, flag_of, variables_of
 
 
@@ -32,7 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--crds",
         type=Path,
-        default=cluster.DEFAULT_CRD_DIR,
         help="a directory of CRD YAML files to install (default: the project's crds/)",
     )
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
@@ -151,10 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "dev-cluster":
+        # Imported here: the dev cluster's PKI (cryptography) has no place in the operator's memory.
+        from egress_proxies.devcluster import cluster  # noqa: PLC0415
+
         if args.action == "up":
+            crds = args.crds or cluster.DEFAULT_CRD_DIR
             if args.detach:
-                return cluster.run_detached(args.state_dir, args.crds)
-            return cluster.run_foreground(args.state_dir, args.crds)
+                return cluster.run_detached(args.state_dir, crds)
+            return cluster.run_foreground(args.state_dir, crds)
         return cluster.stop(args.state_dir)
     if args.command == "run":
         settings = read_settings(parser, args)

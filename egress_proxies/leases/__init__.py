@@ -4,7 +4,13 @@ A crawler leases the least-loaded healthy proxy matching its selector, releases
 it when done, and reports `rate_limited` or `banned` to put the {proxy, target}
 pair on cooldown. The state lives behind the `LeaseStore` Protocol: in this
 process's memory (the default) or in Redis (`open_lease_store("redis://...")`).
+
+`RedisLeaseStore` is imported on first use: redis-py (with the OpenTelemetry
+SDK and cryptography it imports) costs an operator on the memory store about
+6 MiB it would never use.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from egress_proxies.leases.banstorm import (
     DEFAULT_STORM_PAUSE,
@@ -31,7 +37,6 @@ from egress_proxies.leases.limits import (
 )
 from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.opening import open_lease_store
-from egress_proxies.leases.redis_store import RedisLeaseStore
 from egress_proxies.leases.store import (
     Clock,
     InvalidTtlError,
@@ -41,6 +46,9 @@ from egress_proxies.leases.store import (
     StoreUnavailableError,
 )
 from egress_proxies.leases.urls import redact_url
+
+if TYPE_CHECKING:
+    from egress_proxies.leases.redis_store import RedisLeaseStore
 
 __all__ = [
     "DEFAULT_BAN_BACKOFF_CAP",
@@ -72,3 +80,12 @@ __all__ = [
     "parse_lease_id",
     "redact_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`RedisLeaseStore`, imported when first asked for."""
+    if name == "RedisLeaseStore":
+        from egress_proxies.leases.redis_store import RedisLeaseStore  # noqa: PLC0415
+
+        return RedisLeaseStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,6 @@ from egress_proxies.gc.sweeper import (
     DEFAULT_INTERVAL,
     DEFAULT_MIN_AGE,
     Sweeper,
-    SweepRefusedError,
     always_sweep,
     list_live_proxies,
 )
@@ -69,20 +68,19 @@ from egress_proxies.operator.peering import (
 from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
-from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
+from egress_proxies.operator.state_dir import StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_adoption import adoptable
-from egress_proxies.providers.gcp_auth import CredentialsError, application_default_tokens
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
-from egress_proxies.stacks.programs.gce_vm import gce_vm_program
+from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.squid_pod import squid_pod_program
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
-from egress_proxies.telemetry.memory import cap_malloc_arenas, snapshots_on_signal
+from egress_proxies.telemetry.memory import HeapTrimmer, cap_malloc_arenas, snapshots_on_signal
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
 from egress_proxies.telemetry.pool_metrics import PoolMetrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
@@ -190,7 +188,26 @@ def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> Le
 
 def programs() -> dict[ProviderName, Program]:
     """The inline program of each provider."""
-    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: gce_vm_program}
+    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: _gce_vm_program}
+
+
+def _gce_vm_program(inputs: ProgramInputs) -> None:
+    """The GCE VM program, imported on its first run (see `gce_inventory`)."""
+    from egress_proxies.stacks.programs.gce_vm import gce_vm_program  # noqa: PLC0415
+
+    gce_vm_program(inputs)
+
+
+def gce_inventory(project: str, shard: Shard | None) -> GceInventory:
+    """The GCE inventory of `project`, with Application Default Credentials.
+
+    google-auth (with `requests` and cryptography) and pulumi-gcp are imported
+    only by an operator with a GCP project or a GCE Proxy: about 5 MiB of
+    resident memory that an operator of Squid pods never uses.
+    """
+    from egress_proxies.providers.gcp_auth import application_default_tokens  # noqa: PLC0415
+
+    return GceInventory(project, application_default_tokens(), shard=shard.name if shard else None)
 
 
 class Operator:
@@ -214,6 +231,7 @@ class Operator:
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
         self.spans = Spans(trace_probes=settings.trace_health_probes)
+        self.trimmer = HeapTrimmer(self.clock)
         self.failed = False
         self.claim = StateDirClaim.acquire(settings.state_dir)
         try:
@@ -257,15 +275,7 @@ class Operator:
             ),
             self.clock,
         )
-        self.gce = (
-            GceInventory(
-                settings.gcp_project,
-                application_default_tokens(),
-                shard=shard.name if shard else None,
-            )
-            if settings.gcp_project
-            else None
-        )
+        self.gce = gce_inventory(settings.gcp_project, shard) if settings.gcp_project else None
         inventories: list[Inventory] = [
             TracedInventory(MeteredInventory(inventory, self.metrics.providers), self.spans)
             for inventory in (
@@ -415,6 +425,7 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
+                asyncio.create_task(self.trimmer.run(), name="heap trimmer"),
             ]
             if self.gce_watcher is not None:
                 background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
@@ -512,15 +523,7 @@ def run_operator(settings: OperatorSettings) -> int:
     cap_malloc_arenas()  # before the runner's and asyncio's threads allocate
     try:
         operator = Operator(settings)
-    except (
-        ConfigurationError,
-        StateDirBusyError,
-        SweepRefusedError,
-        CredentialsError,
-        KeyError,
-        FileNotFoundError,
-        ValueError,
-    ) as error:
+    except (EgressProxiesError, KeyError, FileNotFoundError, ValueError) as error:
         logger.error("cannot start: %s", error)
         return 2
 

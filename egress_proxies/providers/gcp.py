@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from egress_proxies.model import ProviderName
-from egress_proxies.providers.gcp_auth import AccessTokens
 from egress_proxies.providers.inventory import (
     InstanceId,
     InstanceState,
@@ -37,6 +36,9 @@ from egress_proxies.providers.inventory import (
 )
 
 UID_LABEL_KEY = "egress-proxies-uid"
+if TYPE_CHECKING:
+    from egress_proxies.providers.gcp_auth import AccessTokens
+
 SHARD_LABEL_KEY = "egress-proxies-shard"
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 
