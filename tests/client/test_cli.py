@@ -73,10 +73,12 @@ def test_run_releases_on_sigint_and_exits_like_the_interrupted_command(served: S
         text=True,
     )
     deadline = time.monotonic() + 20
-    while served.store.last_counts().leases == 0:
-        assert time.monotonic() < deadline, "never leased"
+    children = Path(f"/proc/{child.pid}/task/{child.pid}/children")
+    # Leased, and the command started: its handlers go in right after the command starts.
+    while served.store.last_counts().leases == 0 or not children.read_text().split():
+        assert time.monotonic() < deadline, "never leased and started the command"
         time.sleep(0.05)
-    time.sleep(0.3)  # let it start the command and install its handlers
+    time.sleep(0.3)
     child.send_signal(signal.SIGINT)
     assert child.wait(timeout=20) == 128 + signal.SIGINT
     assert served.store.last_counts().leases == 0
