@@ -28,17 +28,19 @@ ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-c
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
-# their common packages compile once and their links overlap. Slowest first.
-STEPS=(pulumi kubernetes etcd)
+# their common packages compile once and their links overlap. The plugin is
+# verified with the CLI, so pulumi comes before it.
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd)
 declare -A STEP_BINARIES=(
-    [pulumi]="pulumi pulumi-resource-kubernetes"
+    [pulumi]="pulumi"
+    [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
     [kubernetes]="kube-apiserver kube-controller-manager kubectl"
     [etcd]="etcd"
 )
 # Cold wall time of each whole step on a 2-core machine with empty Go caches
 # (docs/development.md "Measured cost"): the estimate until this cache has
 # timed a build of its own.
-declare -A STEP_COLD_SECONDS=([pulumi]=900 [kubernetes]=420 [etcd]=130)
+declare -A STEP_COLD_SECONDS=([pulumi]=939 [pulumi-resource-kubernetes]=1663 [kubernetes]=1035 [etcd]=131)
 
 # Flags of every go build, the generator's too, so that all builds share the
 # compiled packages in the Go build cache. No DWARF: `-ldflags=-w` would drop
@@ -150,8 +152,8 @@ for r in mod.get("Replace") or []:
 '
 
 # regen_wrapper NAME "MODULE VERSION PINNED_LOCAL_VERSION"... -- TOOL_PACKAGE...
-# One wrapper module for several upstream modules: one module graph, so one
-# version of every module they share (the highest any of them requires).
+# Several upstream modules in one wrapper share one module graph: one version
+# of every module they have in common (the highest any of them requires).
 regen_wrapper() {
     local name=$1 work upstream module version pinned upstream_gomod flag tool go_version=0
     shift
@@ -195,12 +197,13 @@ regen_wrapper() {
 regen_all() {
     command -v python3 >/dev/null || die "--regen needs python3"
     go_env "-mod=mod"
-    # The plugin builds with the CLI's pulumi pkg/v3 and sdk/v3: both share
-    # one module graph, so the packages they have in common compile once.
-    regen_wrapper pulumi \
-        "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION $PULUMI_VERSION" \
+    regen_wrapper pulumi "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION $PULUMI_VERSION" \
+        -- "$(binary_package pulumi)"
+    # Not in the CLI's wrapper: the plugin does not compile against the CLI's
+    # pulumi pkg/v3 (docs/development.md, "Why the plugin keeps its own pins").
+    regen_wrapper pulumi-resource-kubernetes \
         "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE $PULUMI_KUBERNETES_SDK_MODULE" \
-        -- "$(binary_package pulumi)" "$(binary_package pulumi-resource-kubernetes)"
+        -- "$(binary_package pulumi-resource-kubernetes)"
     regen_wrapper kubernetes \
         "k8s.io/kubernetes $KUBERNETES_VERSION $KUBERNETES_STAGING_VERSION" \
         -- "$(binary_package kube-apiserver)" "$(binary_package kube-controller-manager)" \
@@ -265,9 +268,9 @@ check_wrapper() {
     local gomod=$TOOLS_DIR/go/$1/go.mod module version pin
     [[ -f $gomod ]] || die "$gomod is missing: run tools/build.sh --regen"
     case $1 in
-    pulumi)
-        set -- "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION" \
-            "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE"
+    pulumi) set -- "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION" ;;
+    pulumi-resource-kubernetes)
+        set -- "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE"
         ;;
     kubernetes) set -- "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
@@ -330,9 +333,9 @@ verify() {
     log "  $(grep -F -m1 -- "$expected" <<<"$out")"
 }
 
-# verify_binary BINARY PATH RECIPE_ID
+# verify_binary BINARY PATH
 verify_binary() {
-    local bin=$1 path=$2 id=$3
+    local bin=$1 path=$2
     case $bin in
     etcd) verify "etcd Version: ${ETCD_VERSION#v}" "$path" --version ;;
     pulumi)
@@ -342,11 +345,11 @@ verify_binary() {
     pulumi-resource-kubernetes)
         # The plugin has no --version flag: ask it for its schema through the
         # engine (which also proves the embedded schema is there), using the
-        # CLI of the same step (verified and installed before it).
+        # CLI the pulumi step (always run before this one) installed.
         PULUMI_HOME=$BUILD_TMP/pulumi-home PULUMI_SKIP_UPDATE_CHECK=1 \
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true \
             verify "\"version\": \"${PULUMI_KUBERNETES_VERSION#v}\"" \
-            "$(binary_dir pulumi "$id")/pulumi" package get-schema "$path"
+            "$(binary_dir pulumi "$(recipe_id pulumi)")/pulumi" package get-schema "$path"
         ;;
     kube-apiserver | kube-controller-manager)
         verify "Kubernetes $KUBERNETES_VERSION" "$path" --version
@@ -420,7 +423,7 @@ ensure_step() {
     for bin in "${missing[@]}"; do
         CURRENT="$bin $(binary_version "$bin")"
         seconds=$(($(stat -c %Y "$BUILD_TMP/out/$bin") - start))
-        verify_binary "$bin" "$BUILD_TMP/out/$bin" "$id"
+        verify_binary "$bin" "$BUILD_TMP/out/$bin"
         dest=$(binary_dir "$bin" "$id")
         rm -rf "$dest" # a directory without the binary is a leftover
         mkdir -p "$dest"
