@@ -42,10 +42,9 @@ declare -A STEP_BINARIES=(
 # timed a build of its own.
 declare -A STEP_COLD_SECONDS=([pulumi]=939 [pulumi-resource-kubernetes]=1663 [kubernetes]=1035 [etcd]=131)
 
-# Flags of every go build, the generator's too, so that all builds share the
-# compiled packages in the Go build cache. No DWARF: `-ldflags=-w` would drop
-# it from the binaries anyway, so the compiler need not produce it.
-GO_BUILD_FLAGS=(-trimpath -gcflags=all=-dwarf=false)
+# Compiler flags of every go build, the plugin's schema generator's too, so
+# that all builds share the compiled packages in the Go build cache.
+GO_BUILD_FLAGS=(-trimpath)
 
 CURRENT=""    # what is being worked on, for error messages
 LOG_FILE=""   # log of the current step
