@@ -37,9 +37,10 @@ declare -A STEP_BINARIES=(
     [kubernetes]="kube-apiserver kube-controller-manager kubectl"
     [etcd]="etcd"
 )
-# Cold wall time of each whole step on a 2-core machine with empty Go caches
-# (docs/development.md "Measured cost"): the estimate until this cache has
-# timed a build of its own.
+# Cold wall time of each whole step with empty Go caches on a loaded 2-core
+# machine, measured with the old one-binary-per-build builder (the current one
+# was not timed cold; docs/development.md "Measured cost"): the estimate until
+# this cache has timed a build of its own.
 declare -A STEP_COLD_SECONDS=([pulumi]=939 [pulumi-resource-kubernetes]=1663 [kubernetes]=1035 [etcd]=131)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
