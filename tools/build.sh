@@ -7,12 +7,12 @@
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
 #   tools/build.sh --regen       rewrite tools/go/*/go.mod + go.sum from versions.env
 #
-# Binaries go to $CACHE/tools/<binary>-<version>/<binary>, with symlinks in
-# $CACHE/bin, where CACHE=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}.
+# Binaries go to $CACHE/tools/<binary>-<version>-<recipe>/<binary>, with
+# symlinks in $CACHE/bin, where CACHE=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}
+# and <recipe> hashes the wrapper module, the Go version and the build flags.
 # A binary already in its directory is never rebuilt: delete the directory to
 # force a rebuild.
 
-# shellcheck disable=SC2317 # build_<binary> are called indirectly, as "build_$bin"
 set -euo pipefail
 
 TOOLS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,9 +26,31 @@ LOG_DIR=$CACHE_ROOT/logs
 
 ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl)
 
-CURRENT=""   # "<binary> <version>" being worked on, for error messages
-LOG_FILE=""  # log of the current step
-BUILD_TMP="" # staging dir of the current build, removed on exit
+# A step is one `go build` in one wrapper module (tools/go/<step>/) of every
+# binary of the step that is missing: its binaries share one module graph, so
+# their common packages compile once and their links overlap. The plugin is
+# verified with the CLI, so pulumi comes before it.
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd)
+declare -A STEP_BINARIES=(
+    [pulumi]="pulumi"
+    [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
+    [kubernetes]="kube-apiserver kube-controller-manager kubectl"
+    [etcd]="etcd"
+)
+# Cold wall time of each whole step with empty Go caches on a loaded 2-core
+# machine, measured with the old one-binary-per-build builder (the current one
+# was not timed cold; docs/development.md "Measured cost"): the estimate until
+# this cache has timed a build of its own.
+declare -A STEP_COLD_SECONDS=([pulumi]=939 [pulumi-resource-kubernetes]=1663 [kubernetes]=1035 [etcd]=131)
+
+# Compiler flags of every go build, the plugin's schema generator's too, so
+# that all builds share the compiled packages in the Go build cache.
+GO_BUILD_FLAGS=(-trimpath)
+
+CURRENT=""    # what is being worked on, for error messages
+LOG_FILE=""   # log of the current step
+BUILD_TMP=""  # staging dir of the current build, removed on exit
+TICKER_PID="" # progress printer of the current step, stopped on exit
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 
@@ -44,12 +66,34 @@ die() {
     exit 1
 }
 
+minutes() {
+    printf '%dm%02ds' $(($1 / 60)) $(($1 % 60))
+}
+
 since() {
-    local s=$(($(date +%s) - $1))
-    printf '%dm%02ds' $((s / 60)) $((s % 60))
+    minutes $(($(date +%s) - $1))
+}
+
+# start_ticker WHAT START ESTIMATE: a line on stderr every minute while a step runs.
+start_ticker() {
+    (
+        while sleep 60 >/dev/null 2>&1; do
+            log "  $1: $(since "$2") elapsed (estimate $3)"
+        done
+    ) &
+    TICKER_PID=$!
+}
+
+stop_ticker() {
+    if [[ -n $TICKER_PID ]]; then
+        kill "$TICKER_PID" 2>/dev/null || true
+        wait "$TICKER_PID" 2>/dev/null || true
+        TICKER_PID=""
+    fi
 }
 
 cleanup() {
+    stop_ticker
     if [[ -n $BUILD_TMP ]]; then
         chmod -R u+w "$BUILD_TMP" 2>/dev/null || true
         rm -rf "$BUILD_TMP"
@@ -80,11 +124,11 @@ go_env() {
 }
 
 # ---------------------------------------------------------------------------
-# Wrapper modules: tools/go/<name>/go.mod requires the upstream module, turns
-# each of its local-path replaces into a pinned version and copies its other
-# replaces and godebug settings; `tool` lines name the main packages.
+# Wrapper modules: tools/go/<step>/go.mod requires the upstream modules, turns
+# each of their local-path replaces into a pinned version and copies their
+# other replaces and godebug settings; `tool` lines name the main packages.
 
-# Reads `go mod edit -json` of the upstream go.mod on stdin; prints the
+# Reads `go mod edit -json` of an upstream go.mod on stdin; prints the
 # `go mod edit` flags for the wrapper, one per line. argv[1]: the version that
 # stands in for upstream's local-path replaces.
 # shellcheck disable=SC2016 # Python source, not shell
@@ -107,24 +151,40 @@ for r in mod.get("Replace") or []:
         print("[tools]   dropped local replace of unused %s" % old["Path"], file=sys.stderr)
 '
 
-# regen_wrapper NAME MODULE VERSION PINNED_LOCAL_VERSION TOOL_PACKAGE...
+# regen_wrapper NAME "MODULE VERSION PINNED_LOCAL_VERSION"... -- TOOL_PACKAGE...
+# Several upstream modules in one wrapper share one module graph: one version
+# of every module they have in common (the highest any of them requires).
 regen_wrapper() {
-    local name=$1 module=$2 version=$3 pinned=$4
-    shift 4
-    local work upstream_gomod tool
-    local -a flags
-    CURRENT="wrapper module tools/go/$name ($module@$version)"
+    local name=$1 work upstream module version pinned upstream_gomod flag tool go_version=0
+    shift
+    local -a flags=() upstream_flags
+    CURRENT="wrapper module tools/go/$name"
     LOG_FILE=$LOG_DIR/regen-$name.log
     : >"$LOG_FILE"
-    log "regenerating tools/go/$name ($module@$version)..."
     work=$(mktemp -d)
     BUILD_TMP=$work
     run go -C "$work" mod init "egress-proxies.local/tools/$name"
-    run go -C "$work" mod download -x "$module@$version"
-    upstream_gomod=$(go -C "$work" mod download -json "$module@$version" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')
-    mapfile -t flags < <(go mod edit -json "$upstream_gomod" | python3 -c "$UPSTREAM_FLAGS_PY" "$pinned")
-    flags+=("-require=$module@$version")
+    while (($# > 0)) && [[ $1 != -- ]]; do
+        upstream=$1
+        shift
+        read -r module version pinned <<<"$upstream"
+        log "regenerating tools/go/$name: $module@$version..."
+        run go -C "$work" mod download -x "$module@$version"
+        upstream_gomod=$(go -C "$work" mod download -json "$module@$version" |
+            python3 -c 'import json, sys; print(json.load(sys.stdin)["GoMod"])')
+        mapfile -t upstream_flags < <(go mod edit -json "$upstream_gomod" |
+            python3 -c "$UPSTREAM_FLAGS_PY" "$pinned")
+        for flag in "${upstream_flags[@]}"; do
+            if [[ $flag == -go=* ]]; then
+                go_version=$(printf '%s\n' "$go_version" "${flag#-go=}" | sort -V | tail -n1)
+            else
+                flags+=("$flag")
+            fi
+        done
+        flags+=("-require=$module@$version")
+    done
+    shift # --
+    flags+=("-go=$go_version")
     for tool in "$@"; do flags+=("-tool=$tool"); done
     run go -C "$work" mod edit "${flags[@]}"
     run go -C "$work" mod tidy
@@ -137,43 +197,109 @@ regen_wrapper() {
 regen_all() {
     command -v python3 >/dev/null || die "--regen needs python3"
     go_env "-mod=mod"
-    regen_wrapper pulumi github.com/pulumi/pulumi/pkg/v3 "$PULUMI_VERSION" "$PULUMI_VERSION" \
-        github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
-    regen_wrapper pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4 \
-        "$PULUMI_KUBERNETES_PROVIDER_MODULE" "$PULUMI_KUBERNETES_SDK_MODULE" \
-        github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes
-    regen_wrapper kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION" "$KUBERNETES_STAGING_VERSION" \
-        k8s.io/kubernetes/cmd/kube-apiserver \
-        k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kubectl
-    regen_wrapper etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" \
-        go.etcd.io/etcd/server/v3
+    regen_wrapper pulumi "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION $PULUMI_VERSION" \
+        -- "$(binary_package pulumi)"
+    # Not in the CLI's wrapper: the plugin does not compile against the CLI's
+    # pulumi pkg/v3 (docs/development.md, "Why the plugin keeps its own pins").
+    regen_wrapper pulumi-resource-kubernetes \
+        "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE $PULUMI_KUBERNETES_SDK_MODULE" \
+        -- "$(binary_package pulumi-resource-kubernetes)"
+    regen_wrapper kubernetes \
+        "k8s.io/kubernetes $KUBERNETES_VERSION $KUBERNETES_STAGING_VERSION" \
+        -- "$(binary_package kube-apiserver)" "$(binary_package kube-controller-manager)" \
+        "$(binary_package kubectl)"
+    regen_wrapper etcd "go.etcd.io/etcd/server/v3 $ETCD_VERSION $ETCD_VERSION" \
+        -- "$(binary_package etcd)"
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
 # ---------------------------------------------------------------------------
-# Building one binary.
+# What each binary is.
 
-# check_wrapper NAME MODULE VERSION: the committed wrapper pins what versions.env says.
+binary_version() {
+    case $1 in
+    etcd) printf '%s' "$ETCD_VERSION" ;;
+    pulumi) printf '%s' "$PULUMI_VERSION" ;;
+    pulumi-resource-kubernetes) printf '%s' "$PULUMI_KUBERNETES_VERSION" ;;
+    kube-apiserver | kube-controller-manager | kubectl) printf '%s' "$KUBERNETES_VERSION" ;;
+    esac
+}
+
+binary_package() {
+    case $1 in
+    etcd) printf '%s' go.etcd.io/etcd/server/v3 ;;
+    pulumi) printf '%s' github.com/pulumi/pulumi/pkg/v3/cmd/pulumi ;;
+    pulumi-resource-kubernetes)
+        printf '%s' github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes
+        ;;
+    kube-apiserver | kube-controller-manager | kubectl) printf 'k8s.io/kubernetes/cmd/%s' "$1" ;;
+    esac
+}
+
+# binary_ldflags BINARY: the linker flags that stamp its version.
+binary_ldflags() {
+    local v=${KUBERNETES_VERSION#v} pkg
+    printf '%s' "-s -w"
+    case $1 in
+    etcd)
+        # The version string is a constant in go.etcd.io/etcd/api/v3/version;
+        # only the commit is stamped by upstream's build script, and it is unknown here.
+        printf ' %s' "-X go.etcd.io/etcd/api/v3/version.GitSHA=unknown"
+        ;;
+    pulumi)
+        printf ' %s' "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
+        ;;
+    pulumi-resource-kubernetes)
+        printf ' %s' "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${PULUMI_KUBERNETES_VERSION#v}"
+        ;;
+    kube-apiserver | kube-controller-manager | kubectl)
+        # What upstream's hack/lib/version.sh stamps, minus the (unknown) commit.
+        for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+            printf ' %s' "-X $pkg.gitVersion=$KUBERNETES_VERSION" "-X $pkg.gitMajor=${v%%.*}" \
+                "-X $pkg.gitMinor=$(cut -d. -f2 <<<"$v")" "-X $pkg.gitCommit=unknown" \
+                "-X $pkg.gitTreeState=clean"
+        done
+        ;;
+    esac
+}
+
+# check_wrapper STEP: the committed wrapper pins what versions.env says.
 check_wrapper() {
-    local gomod=$TOOLS_DIR/go/$1/go.mod
+    local gomod=$TOOLS_DIR/go/$1/go.mod module version pin
     [[ -f $gomod ]] || die "$gomod is missing: run tools/build.sh --regen"
-    grep -Eq "^[[:space:]]*(require[[:space:]]+)?$2 $3([[:space:]]|$)" "$gomod" ||
-        die "$gomod does not require $2 $3 (versions.env changed?): run tools/build.sh --regen"
+    case $1 in
+    pulumi) set -- "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION" ;;
+    pulumi-resource-kubernetes)
+        set -- "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE"
+        ;;
+    kubernetes) set -- "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
+    etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
+    esac
+    for pin in "$@"; do
+        read -r module version <<<"$pin"
+        grep -Eq "^[[:space:]]*(require[[:space:]]+)?$module $version([[:space:]]|$)" "$gomod" ||
+            die "$gomod does not require $module $version (versions.env changed?): run tools/build.sh --regen"
+    done
 }
 
-# go_build WRAPPER PACKAGE OUT LDFLAGS: builds PACKAGE to OUT in a copy of
-# the wrapper module made in $BUILD_TMP (the repo stays untouched).
-go_build() {
-    local wrapper=$1 pkg=$2 out=$3 ldflags=$4
-    local work=$BUILD_TMP/work
-    mkdir -p "$work"
-    cp "$TOOLS_DIR/go/$wrapper/go.mod" "$TOOLS_DIR/go/$wrapper/go.sum" "$work/"
-    if [[ $wrapper == pulumi-resource-kubernetes ]]; then
-        prepare_kubernetes_provider "$work"
-    fi
-    run go -C "$work" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$pkg"
+# recipe_id STEP: names what a step's binaries are built from (wrapper module,
+# Go, flags, stamps), so a changed recipe builds into new directories.
+recipe_id() {
+    local bin
+    {
+        cat "$TOOLS_DIR/go/$1/go.mod" "$TOOLS_DIR/go/$1/go.sum"
+        go version
+        printf '%s\n' "CGO_ENABLED=$CGO_ENABLED" "${GO_BUILD_FLAGS[@]}"
+        for bin in ${STEP_BINARIES[$1]}; do binary_ldflags "$bin"; done
+    } | sha256sum | cut -c1-12
 }
+
+binary_dir() { # BINARY RECIPE_ID
+    printf '%s' "$STORE/$1-$(binary_version "$1")-$2"
+}
+
+# ---------------------------------------------------------------------------
+# Building a step.
 
 # The provider's main package go:embeds schema-embed.json and
 # terraform-mapping-embed.json, which upstream generates (and gitignores) with
@@ -186,7 +312,8 @@ prepare_kubernetes_provider() {
     cp -R "$src" "$work/provider"
     chmod -R u+w "$work/provider"
     run go -C "$work" mod edit "-replace=$module=./provider"
-    run go -C "$work" build -o "$work/gen-embed" ./provider/cmd/pulumi-resource-kubernetes/generate.go
+    run go -C "$work" build "${GO_BUILD_FLAGS[@]}" -ldflags=-s -o "$work/gen-embed" \
+        ./provider/cmd/pulumi-resource-kubernetes/generate.go
     run env -C "$work/provider/cmd/pulumi-resource-kubernetes" \
         "VERSION=${PULUMI_KUBERNETES_VERSION#v}" "$work/gen-embed"
 }
@@ -206,100 +333,110 @@ verify() {
     log "  $(grep -F -m1 -- "$expected" <<<"$out")"
 }
 
+# verify_binary BINARY PATH
+verify_binary() {
+    local bin=$1 path=$2
+    case $bin in
+    etcd) verify "etcd Version: ${ETCD_VERSION#v}" "$path" --version ;;
+    pulumi)
+        PULUMI_HOME=$BUILD_TMP/pulumi-home PULUMI_SKIP_UPDATE_CHECK=1 \
+            verify "$PULUMI_VERSION" "$path" version
+        ;;
+    pulumi-resource-kubernetes)
+        # The plugin has no --version flag: ask it for its schema through the
+        # engine (which also proves the embedded schema is there), using the
+        # CLI the pulumi step (always run before this one) installed.
+        PULUMI_HOME=$BUILD_TMP/pulumi-home PULUMI_SKIP_UPDATE_CHECK=1 \
+            PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true \
+            verify "\"version\": \"${PULUMI_KUBERNETES_VERSION#v}\"" \
+            "$(binary_dir pulumi "$(recipe_id pulumi)")/pulumi" package get-schema "$path"
+        ;;
+    kube-apiserver | kube-controller-manager)
+        verify "Kubernetes $KUBERNETES_VERSION" "$path" --version
+        ;;
+    kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
+    esac
+}
+
 link_binary() {
     local bin=$1 target=$2
     ln -sfn "$target" "$BIN_DIR/.$bin.new"
     mv -Tf "$BIN_DIR/.$bin.new" "$BIN_DIR/$bin"
 }
 
-# ensure_binary BINARY VERSION: cached, or built, verified and moved into place.
-ensure_binary() {
-    local bin=$1 version=$2 dest start
-    dest=$STORE/$bin-$version
-    CURRENT="$bin $version"
-    if [[ -x $dest/$bin ]]; then
-        log "$bin $version: cached"
-        link_binary "$bin" "$dest/$bin"
-        return
+# estimate STEP BINARY...: the last time this cache built the same binaries,
+# else the measured cold time of the whole step.
+estimate() {
+    local step=$1 record
+    shift
+    record=$CACHE_ROOT/times/$step-$(tr ' ' '+' <<<"$*")
+    if [[ -s $record ]]; then
+        printf '%s, as the last build here' "$(minutes "$(cat "$record")")"
+    elif [[ $* == "${STEP_BINARIES[$step]}" ]]; then
+        printf '%s, as measured cold on 2 cores' "$(minutes "${STEP_COLD_SECONDS[$step]}")"
+    else
+        printf 'unknown'
     fi
-    log "building $bin $version (cold build takes minutes)..."
+}
+
+# ensure_step STEP BINARY...: each binary cached, or all missing ones built in
+# one go build, verified and moved into place.
+ensure_step() {
+    local step=$1 id bin dest start seconds eta out
+    shift
+    local -a missing=() packages=() ldflags=()
+    id=$(recipe_id "$step")
+    for bin in "$@"; do
+        dest=$(binary_dir "$bin" "$id")
+        if [[ -x $dest/$bin ]]; then
+            log "$bin $(binary_version "$bin"): cached"
+            link_binary "$bin" "$dest/$bin"
+        else
+            missing+=("$bin")
+        fi
+    done
+    ((${#missing[@]} > 0)) || return 0
+
+    CURRENT="${missing[*]} (tools/go/$step)"
+    check_wrapper "$step"
+    eta=$(estimate "$step" "${missing[@]}")
+    log "building ${missing[*]} in one go build (estimate $eta)..."
     start=$(date +%s)
-    LOG_FILE=$LOG_DIR/$bin-$version.log
+    LOG_FILE=$LOG_DIR/$step-$id.log
     : >"$LOG_FILE"
-    BUILD_TMP=$(mktemp -d "$STORE/.build-$bin-$version.XXXXXX")
-    mkdir -p "$BUILD_TMP/out"
-    "build_$bin" "$BUILD_TMP/out/$bin"
-    rm -rf "$dest" # a directory without the binary is a leftover
-    mv -T "$BUILD_TMP/out" "$dest"
+    BUILD_TMP=$(mktemp -d "$STORE/.build-$step-$id.XXXXXX")
+    start_ticker "$step" "$start" "${eta%%,*}"
+    mkdir -p "$BUILD_TMP/work" "$BUILD_TMP/out"
+    cp "$TOOLS_DIR/go/$step/go.mod" "$TOOLS_DIR/go/$step/go.sum" "$BUILD_TMP/work/"
+    for bin in "${missing[@]}"; do
+        if [[ $bin == pulumi-resource-kubernetes ]]; then
+            prepare_kubernetes_provider "$BUILD_TMP/work"
+        fi
+        packages+=("$(binary_package "$bin")")
+        ldflags+=("-ldflags=$(binary_package "$bin")=$(binary_ldflags "$bin")")
+    done
+    out=$BUILD_TMP/out/
+    ((${#missing[@]} > 1)) || out+=${missing[0]}
+    run go -C "$BUILD_TMP/work" build "${GO_BUILD_FLAGS[@]}" "${ldflags[@]}" -o "$out" "${packages[@]}"
+    stop_ticker
+
+    for bin in "${missing[@]}"; do
+        CURRENT="$bin $(binary_version "$bin")"
+        seconds=$(($(stat -c %Y "$BUILD_TMP/out/$bin") - start))
+        verify_binary "$bin" "$BUILD_TMP/out/$bin"
+        dest=$(binary_dir "$bin" "$id")
+        rm -rf "$dest" # a directory without the binary is a leftover
+        mkdir -p "$dest"
+        mv "$BUILD_TMP/out/$bin" "$dest/$bin"
+        link_binary "$bin" "$dest/$bin"
+        log "$CURRENT: built, linked after $(minutes "$seconds") ($(du -sh "$dest/$bin" | cut -f1))"
+    done
     cleanup
     BUILD_TMP=""
-    link_binary "$bin" "$dest/$bin"
-    log "$bin $version: built in $(since "$start") ($(du -sh "$dest/$bin" | cut -f1)), log: $LOG_FILE"
-}
-
-# build_<binary> OUT: build the binary to OUT and verify it.
-
-build_pulumi() {
-    check_wrapper pulumi github.com/pulumi/pulumi/pkg/v3 "$PULUMI_VERSION"
-    go_build pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi "$1" \
-        "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
-    PULUMI_HOME=$BUILD_TMP/pulumi-home PULUMI_SKIP_UPDATE_CHECK=1 \
-        verify "$PULUMI_VERSION" "$1" version
-}
-
-build_pulumi-resource-kubernetes() {
-    local version=${PULUMI_KUBERNETES_VERSION#v}
-    check_wrapper pulumi-resource-kubernetes github.com/pulumi/pulumi-kubernetes/provider/v4 \
-        "$PULUMI_KUBERNETES_PROVIDER_MODULE"
-    go_build pulumi-resource-kubernetes \
-        github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes "$1" \
-        "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$version"
-    # The plugin has no --version flag: ask it for its schema through the
-    # engine (which also proves the embedded schema is there).
-    PULUMI_HOME=$BUILD_TMP/pulumi-home PULUMI_SKIP_UPDATE_CHECK=1 \
-        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true \
-        verify "\"version\": \"$version\"" \
-        "$STORE/pulumi-$PULUMI_VERSION/pulumi" package get-schema "$1"
-}
-
-kubernetes_ldflags() {
-    local v=${KUBERNETES_VERSION#v} pkg ldflags=""
-    # What upstream's hack/lib/version.sh stamps, minus the (unknown) commit.
-    for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-        ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=${v%%.*}"
-        ldflags+=" -X $pkg.gitMinor=$(cut -d. -f2 <<<"$v") -X $pkg.gitCommit=unknown"
-        ldflags+=" -X $pkg.gitTreeState=clean"
-    done
-    printf '%s' "$ldflags"
-}
-
-build_kubernetes_binary() {
-    local out=$1
-    check_wrapper kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION"
-    go_build kubernetes "k8s.io/kubernetes/cmd/$(basename "$out")" "$out" "$(kubernetes_ldflags)"
-}
-
-build_kube-apiserver() {
-    build_kubernetes_binary "$1"
-    verify "Kubernetes $KUBERNETES_VERSION" "$1" --version
-}
-
-build_kube-controller-manager() {
-    build_kubernetes_binary "$1"
-    verify "Kubernetes $KUBERNETES_VERSION" "$1" --version
-}
-
-build_kubectl() {
-    build_kubernetes_binary "$1"
-    verify "Client Version: $KUBERNETES_VERSION" "$1" version --client
-}
-
-build_etcd() {
-    check_wrapper etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
-    # The version string is a constant in go.etcd.io/etcd/api/v3/version;
-    # only the commit is stamped by upstream's build script, and it is unknown here.
-    go_build etcd go.etcd.io/etcd/server/v3 "$1" "-X go.etcd.io/etcd/api/v3/version.GitSHA=unknown"
-    verify "etcd Version: ${ETCD_VERSION#v}" "$1" --version
+    seconds=$(($(date +%s) - start))
+    mkdir -p "$CACHE_ROOT/times"
+    printf '%s\n' "$seconds" >"$CACHE_ROOT/times/$step-$(tr ' ' '+' <<<"${missing[*]}")"
+    log "${missing[*]}: built in $(minutes "$seconds"), log: $LOG_FILE"
 }
 
 # squid and redis-server come from Debian: install what is missing, build and link nothing.
@@ -328,13 +465,13 @@ ensure_debian_packages() {
 }
 
 usage() {
-    sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
     printf '\nbinaries: %s\n' "${ALL_BINARIES[*]}"
 }
 
 main() {
-    local -a wanted=()
-    local arg bin start
+    local -a wanted=() step_wanted
+    local arg bin start step
     for arg in "$@"; do
         case $arg in
         --bin-dir)
@@ -374,18 +511,13 @@ main() {
     go_env "-mod=readonly"
 
     start=$(date +%s)
-    for bin in "${ALL_BINARIES[@]}"; do
-        [[ " ${wanted[*]} " == *" $bin "* ]] || continue
-        case $bin in
-        squid) ensure_debian_packages ;;
-        etcd) ensure_binary etcd "$ETCD_VERSION" ;;
-        pulumi) ensure_binary pulumi "$PULUMI_VERSION" ;;
-        pulumi-resource-kubernetes)
-            ensure_binary pulumi-resource-kubernetes "$PULUMI_KUBERNETES_VERSION"
-            ;;
-        kube-*) ensure_binary "$bin" "$KUBERNETES_VERSION" ;;
-        kubectl) ensure_binary kubectl "$KUBERNETES_VERSION" ;;
-        esac
+    [[ " ${wanted[*]} " != *" squid "* ]] || ensure_debian_packages
+    for step in "${STEPS[@]}"; do
+        step_wanted=()
+        for bin in ${STEP_BINARIES[$step]}; do
+            [[ " ${wanted[*]} " != *" $bin "* ]] || step_wanted+=("$bin")
+        done
+        ((${#step_wanted[@]} == 0)) || ensure_step "$step" "${step_wanted[@]}"
     done
     log "toolchain ready in $(since "$start"); bin dir: $BIN_DIR"
 }

@@ -1,0 +1,3 @@
+module egress-proxies.local/tools/typecheck
+
+go 1.26
