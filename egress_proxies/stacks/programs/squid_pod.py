@@ -24,18 +24,10 @@ from typing import Any
 
 import pulumi
 
-# Imported eagerly, not through pulumi_kubernetes' lazy attribute loading: several
-# programs run at once in the runner's threads, and the lazy loader is not
-# thread-safe (a concurrent first access raised AttributeError: no 'Secret').
-from pulumi_kubernetes.core.v1 import ConfigMap, Pod, Secret
-
-# pulumi resolves the input types' hints (ObjectMetaArgs in meta.v1) while it
-# serializes resources, so that module is loaded here too.
-from pulumi_kubernetes.meta.v1 import ObjectMetaArgs as _ObjectMetaArgs  # noqa: F401
-
 from egress_proxies.model import SHARD_LABEL, UID_LABEL
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
+from egress_proxies.stacks.programs.core_objects import CoreObject
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
 
 CONFIG_MOUNT = "/etc/squid/squid.conf"
@@ -70,20 +62,31 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
         labels[SHARD_LABEL] = inputs.shard
     metadata = {"name": name, "namespace": inputs.namespace, "labels": labels}
 
-    auth = Secret(
+    auth = CoreObject(
+        "Secret",
         "auth",
-        metadata={**metadata, "name": f"{name}-auth"},
-        string_data=pulumi.Output.secret({"passwd": passwd_line(inputs.credentials)}),
+        {
+            "metadata": {**metadata, "name": f"{name}-auth"},
+            "stringData": pulumi.Output.secret({"passwd": passwd_line(inputs.credentials)}),
+        },
     )
-    config = ConfigMap(
+    config = CoreObject(
+        "ConfigMap",
         "config",
-        metadata={**metadata, "name": f"{name}-config"},
-        data={"squid.conf": squid_conf(inputs.port) + CONTAINER_DIRECTIVES},
+        {
+            "metadata": {**metadata, "name": f"{name}-config"},
+            "data": {"squid.conf": squid_conf(inputs.port) + CONTAINER_DIRECTIVES},
+        },
     )
-    pod = Pod(
+    auth_name = auth.metadata["name"]
+    config_name = config.metadata["name"]
+    pod = CoreObject(
+        "Pod",
         "squid",
-        metadata={**metadata, "name": pod_name(inputs), "annotations": SKIP_AWAIT},
-        spec=pod_spec(inputs, auth.metadata["name"], config.metadata["name"]),
+        {
+            "metadata": {**metadata, "name": pod_name(inputs), "annotations": SKIP_AWAIT},
+            "spec": pod_spec(inputs, auth_name, config_name),
+        },
     )
     pulumi.export(outputs.PORT, inputs.port)
     pulumi.export(
