@@ -34,6 +34,7 @@ from egress_proxies.model import (
     Mode,
     ProviderName,
     ProxySpec,
+    ProxyStatus,
 )
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.backoff import RetryPolicy
@@ -302,9 +303,15 @@ def is_managed(spec: kopf.Spec, **_: Any) -> bool:
     return spec.get("mode") != Mode.EXTERNAL.value
 
 
-def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyView:
+def _view(
+    body: Mapping[str, Any], written: ProxyStatus | None = None, *, deleting: bool = False
+) -> machine.ProxyView:
     """The Proxy as the state machine reads it; ValidationError for a spec the model rejects.
 
+    `written` is the status this operator last wrote, if any: kopf may hand a
+    handler a body older than that (its watch lags under load), and a decision
+    from the body's status would undo fields written since (a lost
+    `credentialsSecret` left a Proxy probed without credentials for good).
     A deletion reads no spec, and a spec gone bad must not keep the Proxy
     from being deleted: it is then read as the empty spec.
     """
@@ -321,7 +328,7 @@ def _view(body: Mapping[str, Any], *, deleting: bool = False) -> machine.ProxyVi
         uid=meta["uid"],
         generation=int(meta.get("generation", 1)),
         spec=spec,
-        status=status_of(body),
+        status=written if written is not None else status_of(body),
         deleting=deleting,
         recorded_hash=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
         reconcile_request=reconcile_requested(body),
@@ -401,8 +408,9 @@ def _pod_path(instance_id: str) -> str:
 async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: kopf.Patch) -> None:
     """Observe a Proxy, ask the state machine, carry out its decision (and the outcome's)."""
     body = dict(kopf_body)
+    meta = body["metadata"]
     try:
-        view = _view(body)
+        view = _view(body, c.writer.latest(meta["namespace"], meta["name"]))
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
     c.requeue.cancel(view.namespace, view.name)
@@ -512,7 +520,7 @@ async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
     """Show the deletion, destroy the stack if there is one, then let the Proxy go."""
     meta = body["metadata"]
     stack = stack_name(meta["namespace"], meta["name"])
-    view = _view(body, deleting=True)
+    view = _view(body, c.writer.latest(meta["namespace"], meta["name"]), deleting=True)
     decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), now(c.clock))
     await c.writer.update(body, decision.owned_status, deleting=True)
     if decision.action == machine.Action.DESTROY:

@@ -77,6 +77,10 @@ class StatusSink(Protocol):
         """Apply `mutate` to the current status and write it when it changed."""
         ...
 
+    def latest(self, namespace: str, name: str) -> ProxyStatus | None:
+        """The status last written for the Proxy, if this sink wrote one."""
+        ...
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop what is known about a deleted Proxy."""
         ...

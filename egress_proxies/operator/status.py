@@ -65,6 +65,10 @@ class StatusWriter:
             self._written[key] = updated
             return updated
 
+    def latest(self, namespace: str, name: str) -> ProxyStatus | None:
+        """The status last written for the Proxy (newer than a body kopf may still hold)."""
+        return self._written.get(proxy_key(namespace, name))
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop what is known about a deleted Proxy."""
         key = proxy_key(namespace, name)
