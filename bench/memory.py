@@ -205,7 +205,11 @@ async def measure_kind(
         zero = await sample_rss(operator_pid(op))
         readings.empty = zero.current
         first = snapshot(op, snapshots, 0) if args.tracemalloc else None
-        print(f"{name}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies", flush=True)
+        print(
+            f"{name}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies "
+            f"(anonymous {zero.anonymous / 1024:.1f})",
+            flush=True,
+        )
         made = 0
         for count in counts:
             bodies = [
@@ -220,7 +224,9 @@ async def measure_kind(
             readings.at[count] = rss.current
             print(
                 f"{name}: {count} Ready in {seconds:.0f} s; RSS {rss.current / 1024:.1f} MiB "
-                f"(peak {rss.peak / 1024:.1f}): {readings.growth(count):.0f} KiB per Proxy",
+                f"(peak {rss.peak / 1024:.1f}, anonymous {rss.anonymous / 1024:.1f}): "
+                f"{readings.growth(count):.0f} KiB per Proxy, anonymous "
+                f"{(rss.anonymous - zero.anonymous) / count:.0f}",
                 flush=True,
             )
         if first is not None:

@@ -140,10 +140,16 @@ class Share:
 
 @dataclass(frozen=True)
 class Rss:
-    """The operator process's resident memory in KiB: now (median of samples) and peak."""
+    """The operator process's resident memory in KiB: now (median of samples) and peak.
+
+    `anonymous` is the part of `current` not backed by files (the heap, thread
+    stacks); the rest is code and data pages of the interpreter and its
+    extension libraries, which grow when a library is first used.
+    """
 
     current: int
     peak: int
+    anonymous: int = 0
 
 
 @contextlib.contextmanager
@@ -199,21 +205,24 @@ async def wait_operator_up(operator: OperatorProcess) -> None:
     await wait_for(answers, timeout=60, interval=0.2)
 
 
-def rss_kib(pid: int) -> tuple[int, int]:
-    """VmRSS and VmHWM of one process (its threads included, its children not)."""
+def rss_kib(pid: int) -> tuple[int, int, int]:
+    """VmRSS, VmHWM and RssAnon of one process (its threads included, its children not)."""
     fields = dict(
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
     )
-    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+    rss, peak, anonymous = (int(fields[name].split()[0]) for name in ("VmRSS", "VmHWM", "RssAnon"))
+    return rss, peak, anonymous
 
 
 async def sample_rss(pid: int) -> Rss:
     """The median of a few RSS samples a second apart, and the peak so far."""
-    samples = []
+    samples, anonymous = [], []
     for _ in range(RSS_SAMPLES):
-        samples.append(rss_kib(pid)[0])
+        current, _, anon = rss_kib(pid)
+        samples.append(current)
+        anonymous.append(anon)
         await asyncio.sleep(1.0)
-    return Rss(int(statistics.median(samples)), rss_kib(pid)[1])
+    return Rss(int(statistics.median(samples)), rss_kib(pid)[1], int(statistics.median(anonymous)))
 
 
 def operator_pid(operator: OperatorProcess) -> int:
