@@ -37,15 +37,16 @@ declare -A STEP_BINARIES=(
     [kubernetes]="kube-apiserver kube-controller-manager kubectl"
     [etcd]="etcd"
 )
-# Cold wall time of each whole step with empty Go caches on a loaded 2-core
-# machine, measured with the old one-binary-per-build builder (the current one
-# was not timed cold; docs/development.md "Measured cost"): the estimate until
-# this cache has timed a build of its own.
-declare -A STEP_COLD_SECONDS=([pulumi]=939 [pulumi-resource-kubernetes]=1663 [kubernetes]=1035 [etcd]=131)
+# Cold wall time of each whole step with empty Go caches on a 2-core machine
+# shared with other work (load average about 8), measured with this builder
+# on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
+# cache has timed a build of its own.
+declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
-# that all builds share the compiled packages in the Go build cache.
-GO_BUILD_FLAGS=(-trimpath)
+# that all builds share the compiled packages in the Go build cache. No
+# compiler debug information: the links strip it anyway (-ldflags=-w).
+GO_BUILD_FLAGS=(-trimpath -gcflags=all=-dwarf=false)
 
 CURRENT=""    # what is being worked on, for error messages
 LOG_FILE=""   # log of the current step
