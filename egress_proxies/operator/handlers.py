@@ -410,7 +410,7 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
     body = dict(kopf_body)
     meta = body["metadata"]
     try:
-        view = _view(body, c.writer.latest(meta["namespace"], meta["name"]))
+        view = _view(body, c.writer.latest(meta["namespace"], meta["name"], meta["uid"]))
     except ValidationError as error:
         raise kopf.PermanentError(f"invalid spec: {error}") from None
     c.requeue.cancel(view.namespace, view.name)
@@ -520,7 +520,8 @@ async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
     """Show the deletion, destroy the stack if there is one, then let the Proxy go."""
     meta = body["metadata"]
     stack = stack_name(meta["namespace"], meta["name"])
-    view = _view(body, c.writer.latest(meta["namespace"], meta["name"]), deleting=True)
+    written = c.writer.latest(meta["namespace"], meta["name"], meta["uid"])
+    view = _view(body, written, deleting=True)
     decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), now(c.clock))
     await c.writer.update(body, decision.owned_status, deleting=True)
     if decision.action == machine.Action.DESTROY:

@@ -77,8 +77,8 @@ class StatusSink(Protocol):
         """Apply `mutate` to the current status and write it when it changed."""
         ...
 
-    def latest(self, namespace: str, name: str) -> ProxyStatus | None:
-        """The status last written for the Proxy, if this sink wrote one."""
+    def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:
+        """The status last written for this Proxy (this UID), if this sink wrote one."""
         ...
 
     def forget(self, namespace: str, name: str) -> None:

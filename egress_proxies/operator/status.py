@@ -38,7 +38,9 @@ class StatusWriter:
 
     def __init__(self, client: ApiClient) -> None:
         self._client = client
-        self._written: dict[ProxyKey, ProxyStatus] = {}
+        # The status last written per Proxy, with the UID of the Proxy it was
+        # written for: a Proxy deleted and created again under its name starts over.
+        self._written: dict[ProxyKey, tuple[str, ProxyStatus]] = {}
         self._locks: dict[ProxyKey, asyncio.Lock] = {}
         self.patches = 0
 
@@ -52,7 +54,7 @@ class StatusWriter:
         meta = body["metadata"]
         key = proxy_key(meta["namespace"], meta["name"])
         async with self._locks.setdefault(key, asyncio.Lock()):
-            current = self._written.get(key)
+            current = self._last(key, meta["uid"])
             if current is None:
                 current = status_of(body)
             updated = mutate(current)
@@ -62,12 +64,16 @@ class StatusWriter:
             if updated == current:
                 return current
             await self._patch(meta["namespace"], meta["name"], updated)
-            self._written[key] = updated
+            self._written[key] = (meta["uid"], updated)
             return updated
 
-    def latest(self, namespace: str, name: str) -> ProxyStatus | None:
+    def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:
         """The status last written for the Proxy (newer than a body kopf may still hold)."""
-        return self._written.get(proxy_key(namespace, name))
+        return self._last(proxy_key(namespace, name), uid)
+
+    def _last(self, key: ProxyKey, uid: str) -> ProxyStatus | None:
+        held = self._written.get(key)
+        return held[1] if held is not None and held[0] == uid else None
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop what is known about a deleted Proxy."""

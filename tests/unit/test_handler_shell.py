@@ -140,7 +140,7 @@ class FakeStatus:
         self.statuses[name] = mutate(self.statuses.get(name, ProxyStatus()))
         return self.statuses[name]
 
-    def latest(self, namespace: str, name: str) -> ProxyStatus | None:
+    def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:
         return self.statuses.get(name)
 
     def forget(self, namespace: str, name: str) -> None:

@@ -1,0 +1,53 @@
+"""The status writer remembers what it wrote per Proxy, and for which Proxy (UID)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from egress_proxies.model import ProxyStatus
+from egress_proxies.operator.status import StatusWriter
+
+
+class PatchRecorder:
+    """Records status patches; answers nothing else."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, Mapping[str, Any]]] = []
+
+    async def patch(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.patches.append((path, body))
+        return {}
+
+
+def proxy(uid: str, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": "crawl", "name": "p1", "uid": uid}, "status": status or {}}
+
+
+def set_stack(stack: str) -> Any:
+    return lambda status: status.model_copy(update={"stack": stack})
+
+
+async def test_latest_is_what_was_written_for_that_proxy() -> None:
+    api = PatchRecorder()
+    writer = StatusWriter(api)  # type: ignore[arg-type]
+    assert writer.latest("crawl", "p1", "uid-1") is None
+
+    await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
+
+    latest = writer.latest("crawl", "p1", "uid-1")
+    assert isinstance(latest, ProxyStatus)
+    assert latest.stack == "crawl.p1"
+    assert len(api.patches) == 1
+
+
+async def test_a_proxy_created_again_under_its_name_starts_from_its_own_body() -> None:
+    api = PatchRecorder()
+    writer = StatusWriter(api)  # type: ignore[arg-type]
+    await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
+
+    assert writer.latest("crawl", "p1", "uid-2") is None
+    written = await writer.update(proxy("uid-2", {"port": 3128}), lambda status: status)
+
+    assert written.stack is None  # not the deleted Proxy's
+    assert written.port == 3128
