@@ -52,8 +52,8 @@ PostEvent = Callable[[str, str, str], None]  # (type, reason, message)
 class MemberSource(Protocol):
     """The Proxies the operator knows (the fleet)."""
 
-    def proxies(self) -> list[Mapping[str, Any]]:
-        """Every known Proxy body."""
+    def pool_members(self, namespace: str, pool: str) -> list[Mapping[str, Any]]:
+        """The bodies of the Proxies labelled as members of the pool `namespace/pool`."""
         ...
 
 
@@ -143,9 +143,10 @@ class PoolController:
         wanted_hash = template_hash(raw_spec.get("template") or {})
         expected = self._expected.setdefault(pool, _Expectations())
         counts = await self._c.lease_counts()
-        members = self._members(namespace, name, spec, expected, counts, now)
+        bodies = self._c.members.pool_members(namespace, name)
+        members = self._members(bodies, namespace, spec, expected, counts, now)
         active = [m for m in members if not m.draining]
-        demand = self._demand(pool, namespace, members, counts, status, now)
+        demand = self._demand(pool, bodies, namespace, members, counts, status, now)
         low_use_since = parse_time(status.low_use_since)
         last_scale = status.last_scale_time
         limited: str | None = None
@@ -196,8 +197,8 @@ class PoolController:
 
     def _members(
         self,
+        bodies: Sequence[Mapping[str, Any]],
         namespace: str,
-        name: str,
         spec: ProxyPoolSpec,
         expected: _Expectations,
         counts: Mapping[ProxyKey, int],
@@ -206,13 +207,8 @@ class PoolController:
         window_start = now - spec.rotation.ban_window_seconds
         seen: set[str] = set()
         members: list[Member] = []
-        for body in self._c.members.proxies():
+        for body in bodies:
             meta = body["metadata"]
-            if (
-                meta.get("namespace") != namespace
-                or (meta.get("labels") or {}).get(POOL_LABEL) != name
-            ):
-                continue
             proxy = meta["name"]
             seen.add(proxy)
             if meta.get("deletionTimestamp") or proxy in expected.deleted:
@@ -249,6 +245,7 @@ class PoolController:
     def _demand(
         self,
         pool: str,
+        bodies: Sequence[Mapping[str, Any]],
         namespace: str,
         members: Sequence[Member],
         counts: Mapping[ProxyKey, int],
@@ -256,7 +253,7 @@ class PoolController:
         now: float,
     ) -> Demand:
         capacity = 0
-        for body in self._c.members.proxies():
+        for body in bodies:
             meta = body["metadata"]
             if (
                 meta.get("namespace") == namespace

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
+import re
+import time
+import tracemalloc
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
 from egress_proxies.catalog import proxy_key
 from egress_proxies.health import ProbeMetrics
@@ -57,3 +61,67 @@ def test_nothing_is_registered_at_import_time() -> None:
     assert set(REGISTRY._names_to_collectors) == before
     PrometheusProbeMetrics(CollectorRegistry())
     PrometheusProbeMetrics(CollectorRegistry())  # no clash: nothing global
+
+
+def _exposition(registry: CollectorRegistry) -> str:
+    """The text a scrape gets, each `_created` time replaced by a marker."""
+    return re.sub(
+        r"_created(\{[^}]*\})? \S+", r"_created\1 <time>", generate_latest(registry).decode()
+    )
+
+
+def test_the_series_are_written_as_prometheus_clients_own_histogram_and_counter() -> None:
+    ours = CollectorRegistry()
+    metrics = PrometheusProbeMetrics(ours)
+    reference = CollectorRegistry()
+    duration = Histogram(
+        DURATION,
+        "Duration of each health probe through a proxy, failed ones included.",
+        ["proxy"],
+        buckets=probe_metrics.DURATION_BUCKETS,
+        registry=reference,
+    )
+    failures = Counter(
+        "egress_proxies_healthcheck_failures",
+        "Health probes that failed, per proxy.",
+        ["proxy"],
+        registry=reference,
+    )
+    Histogram(
+        "egress_proxies_healthcheck_lateness_seconds",
+        "How long after its scheduled time each health probe started.",
+        buckets=probe_metrics.LATENESS_BUCKETS,
+        registry=reference,
+    )
+    # On a bound, between bounds, past the last one, failed and not.
+    probes = [(A, 0.005, True), (A, 0.02, False), (A, 61.0, True), (B, 0.25, False), (B, 0, True)]
+    started = time.time()
+    for key, seconds, ok in probes:
+        metrics.observe_probe(key, seconds, ok=ok)
+        duration.labels(key).observe(seconds)
+        failures.labels(key)
+        if not ok:
+            failures.labels(key).inc()
+    assert _exposition(ours) == _exposition(reference)
+    created = ours.get_sample_value(f"{DURATION}_created", {"proxy": A})
+    assert created is not None and started <= created <= time.time()
+    assert ours.get_sample_value(
+        "egress_proxies_healthcheck_failures_created", {"proxy": B}
+    ) == ours.get_sample_value(f"{DURATION}_created", {"proxy": B})
+
+
+def test_a_probed_proxys_series_cost_a_fraction_of_a_kibibyte() -> None:
+    # prometheus_client's own children cost about 4.2 KiB per proxy (30 locked values).
+    metrics = PrometheusProbeMetrics(CollectorRegistry())
+    keys = [proxy_key("crawl", f"p{index:05d}") for index in range(1_000)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for key in keys:
+            metrics.observe_probe(key, 0.02, ok=False)
+        gc.collect()
+        per_proxy = (tracemalloc.get_traced_memory()[0] - before) / len(keys)
+    finally:
+        tracemalloc.stop()
+    assert per_proxy < 512, per_proxy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,3 +53,42 @@ async def test_a_proxy_created_again_under_its_name_starts_from_its_own_body() -
 
     assert written.stack is None  # not the deleted Proxy's
     assert written.port == 3128
+
+
+async def test_what_it_remembers_per_proxy_is_small() -> None:
+    # A parsed ProxyStatus with two conditions costs about 4.4 KiB; its JSON about 0.7 KiB.
+    api = PatchRecorder()
+    writer = StatusWriter(api)  # type: ignore[arg-type]
+    condition = {
+        "status": "True",
+        "reason": "Ok",
+        "message": "the stack is up and the pod answers",
+        "lastTransitionTime": "2026-12-02T05:02:03Z",
+    }
+    bodies = [
+        {
+            "metadata": {"namespace": "crawl", "name": f"p{index:05d}", "uid": f"uid-{index}"},
+            "status": {
+                "ip": f"10.0.{index // 256}.{index % 256}",
+                "port": 3128,
+                "credentialsSecret": f"proxy-p{index:05d}-credentials",
+                "conditions": [{"type": kind, **condition} for kind in ("Provisioned", "Healthy")],
+            },
+        }
+        for index in range(500)
+    ]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index, body in enumerate(bodies):
+            await writer.update(body, set_stack(f"crawl.p{index:05d}"))
+            api.patches.clear()  # the recorder's copies are not the writer's
+        gc.collect()
+        per_proxy = (tracemalloc.get_traced_memory()[0] - before) / len(bodies)
+    finally:
+        tracemalloc.stop()
+    assert per_proxy < 1.5 * 1024, per_proxy
+    latest = writer.latest("crawl", "p00042", "uid-42")
+    assert latest is not None and latest.stack == "crawl.p00042"
+    assert latest.phase is not None and latest.conditions[1].type == "Healthy"
