@@ -13,19 +13,36 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord
 
 LeaseId = NewType("LeaseId", str)
 
-# secrets.token_urlsafe(16): 16 random bytes, 22 URL-safe base64 characters.
+# 22 URL-safe base64 characters: the shape of secrets.token_urlsafe(16).
 LEASE_ID_PATTERN = r"^[A-Za-z0-9_-]{22}$"
 _LEASE_ID = re.compile(LEASE_ID_PATTERN)
 _URL_SAFE = bytes.maketrans(b"+/", b"-_")
+_ID_BATCH = 256  # ids made at once; an even number
+_unused_ids: list[LeaseId] = []  # pop and extend are atomic: threads may share it
+# A forked child must not hand out the ids its parent will.
+os.register_at_fork(after_in_child=_unused_ids.clear)
 
 
 def new_lease_id() -> LeaseId:
     """An unguessable id: holding it is what entitles a client to release or report."""
-    # secrets.token_urlsafe(16) without its layers of calls (base64's among them): the
-    # same 22 characters of the same 16 random bytes.
-    return LeaseId(
-        binascii.b2a_base64(os.urandom(16), newline=False)[:22].translate(_URL_SAFE).decode()
-    )
+    try:
+        return _unused_ids.pop()
+    except IndexError:
+        _unused_ids.extend(_fresh_ids())
+        return _unused_ids.pop()
+
+
+def _fresh_ids() -> list[LeaseId]:
+    """A batch of ids from one read of the OS's random source (os.urandom, as `secrets`).
+
+    Every 33 random bytes are 44 URL-safe base64 characters, two ids of 22: each id
+    carries 132 random bits, as many characters as secrets.token_urlsafe(16) gives
+    (whose last character carries only 2 of its 6 bits). One read and one encoding
+    per batch instead of per lease.
+    """
+    text = binascii.b2a_base64(os.urandom(33 * _ID_BATCH // 2), newline=False)
+    encoded = text.translate(_URL_SAFE).decode()
+    return [LeaseId(encoded[start : start + 22]) for start in range(0, len(encoded), 22)]
 
 
 def parse_lease_id(text: str) -> LeaseId | None:
