@@ -11,9 +11,8 @@ phase cannot happen: there is one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey, proxy_key
@@ -44,9 +43,7 @@ class StatusWriter:
         # Kept as JSON: a parsed ProxyStatus costs about 4.4 KiB, its JSON 0.7 KiB,
         # and it is read back only when the Proxy's status changes again.
         self._written: dict[ProxyKey, tuple[str, bytes]] = {}
-        # One lock per Proxy being updated, with how many updates hold or wait for it;
-        # the last one out drops it, so idle Proxies cost no lock.
-        self._locks: dict[ProxyKey, list[Any]] = {}
+        self._locks: dict[ProxyKey, asyncio.Lock] = {}
         self.patches = 0
 
     def __repr__(self) -> str:
@@ -58,7 +55,7 @@ class StatusWriter:
         """Apply `mutate` to the Proxy's current status and patch if the result differs."""
         meta = body["metadata"]
         key = proxy_key(meta["namespace"], meta["name"])
-        async with self._serialized(key):
+        async with self._locks.setdefault(key, asyncio.Lock()):
             current = self._last(key, meta["uid"])
             if current is None:
                 current = status_of(body)
@@ -72,20 +69,6 @@ class StatusWriter:
             self._written[key] = (meta["uid"], updated.model_dump_json(by_alias=True).encode())
             return updated
 
-    @contextlib.asynccontextmanager
-    async def _serialized(self, key: ProxyKey) -> AsyncIterator[None]:
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0 and self._locks.get(key) is entry:
-                del self._locks[key]
-
     def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:
         """The status last written for the Proxy (newer than a body kopf may still hold)."""
         return self._last(proxy_key(namespace, name), uid)
@@ -98,7 +81,9 @@ class StatusWriter:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop what is known about a deleted Proxy."""
-        self._written.pop(proxy_key(namespace, name), None)
+        key = proxy_key(namespace, name)
+        self._written.pop(key, None)
+        self._locks.pop(key, None)
 
     async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> None:
         # Nulls in a merge patch delete fields, so the patch is the whole status

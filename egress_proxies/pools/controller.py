@@ -255,10 +255,8 @@ class PoolController:
         capacity = 0
         for body in bodies:
             meta = body["metadata"]
-            if (
-                meta.get("namespace") == namespace
-                and (body.get("status") or {}).get("phase") == "Ready"
-                and any(m.name == meta["name"] and not m.draining for m in members)
+            if (body.get("status") or {}).get("phase") == "Ready" and any(
+                m.name == meta["name"] and not m.draining for m in members
             ):
                 capacity += int((body.get("spec") or {}).get("maxLeases", 1))
         # Waits counted since the last scaling step only: the step answered the earlier ones.
