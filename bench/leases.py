@@ -22,6 +22,13 @@ that the server and not the load generator is what gets measured. From that one 
   separate 1,000-proxy app after the measured rounds, so the timing's own
   cost is not in the CPU figures;
 - pairs/s at 10,000 proxies ÷ at 100 (target ≥ 0.7);
+- what aiohttp alone costs for the same two requests (the floor): a third app
+  whose POST /v1/leases only reads the body and answers 201 with a granted
+  lease's body (rendered once), and whose DELETE /v1/leases/{lease_id} answers
+  204, with no authentication, validation or store; its CPU per request ÷ the
+  trivial one says how much of the lease ratio is the request's shape (a body
+  to read, a dynamic route, a bigger answer), and the lease API ÷ the floor
+  what the product's code adds to it;
 - pairs/s with the Redis lease store ÷ the memory store, both over 1,000
   proxies in the same server process (target ≥ 0.6), against a real
   redis-server started here on loopback; beside it the CPU per pair of the
@@ -47,12 +54,13 @@ import cProfile
 import io
 import json
 import multiprocessing
+import os
 import pstats
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -62,8 +70,9 @@ from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
+from egress_proxies.discovery.responses import GrantedBodies
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore
+from egress_proxies.leases import Lease, LeaseId, LeaseStore, MemoryLeaseStore, RedisLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
@@ -73,6 +82,8 @@ from harness.redis import RedisServer
 FLEET_SIZES = (100, 1_000, 10_000)
 REDIS = "redis"  # the 1,000-proxy app over the Redis store
 TIMED = "timed"  # the 1,000-proxy app with the in-server timing, measured on its own
+FLOOR = "floor"  # aiohttp alone answering the lease and release requests' shapes
+FLOOR_LEASE_ID = LeaseId("A" * 22)
 ROUND_TRIP_PAIRS = 50
 TOKEN = "bench-token-0123456789abcdef"
 LEASE_BODY = json.dumps(
@@ -115,7 +126,7 @@ class FixedCatalog:
 def serve(conn: Connection, redis_url: str) -> None:
     """Child process: serve every app on its own port; report CPU and lease handler times.
 
-    Commands: "cpu" (process CPU seconds), "handler-times" (and clear them),
+    Commands: "cpu" (process CPU seconds: user, system), "handler-times" (and clear them),
     "profile" (start cProfile), "profile-stats N" (stop it, send its top N), "stop".
     """
     with tempfile.TemporaryDirectory() as tokens_dir:
@@ -151,7 +162,7 @@ def _apps(
 
     trivial_app = web.Application()
     trivial_app.router.add_get("/", trivial)
-    apps: dict[str, web.Application] = {"trivial": trivial_app}
+    apps: dict[str, web.Application] = {"trivial": trivial_app, FLOOR: floor_app()}
     stores: dict[str, LeaseStore] = {str(size): MemoryLeaseStore() for size in FLEET_SIZES}
     stores[REDIS] = RedisLeaseStore(redis_url, prefix="bench", timeout=1.0)
     stores[TIMED] = MemoryLeaseStore()
@@ -172,6 +183,30 @@ def _apps(
     return apps, stores
 
 
+def floor_app() -> web.Application:
+    """The lease and release requests' shapes with nothing of the product behind them."""
+    record = fleet(1)[0]
+    granted = (
+        GrantedBodies()
+        .render(Lease(FLOOR_LEASE_ID, record, "example.com", 300, time.time() + 300))
+        .encode()
+    )
+    headers = {"Content-Type": "application/json; charset=utf-8"}
+
+    async def lease(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=granted, status=201, headers=headers)
+
+    async def release(request: web.Request) -> web.Response:
+        assert request.match_info["lease_id"]
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/v1/leases", lease)
+    app.router.add_delete("/v1/leases/{lease_id}", release)
+    return app
+
+
 async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
     handler_seconds: list[float] = []
     apps, stores = _apps(tokens_dir, handler_seconds, redis_url)
@@ -188,7 +223,8 @@ async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
     profile = cProfile.Profile()
     while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
         if command == "cpu":
-            conn.send(time.process_time())
+            times = os.times()
+            conn.send((times.user, times.system))
         elif command == "profile":
             # Enabled here, on the event loop's thread: the executor thread is not profiled.
             profile = cProfile.Profile()
@@ -292,8 +328,9 @@ def p99(samples: list[float]) -> float:
 class Scenario:
     """Throughput and server CPU seconds per unit (request or pair) over the rounds."""
 
-    rates: list[float]
-    cpu_per_unit: list[float]
+    rates: list[float] = field(default_factory=list)
+    cpu_per_unit: list[float] = field(default_factory=list)
+    kernel_per_unit: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -305,37 +342,48 @@ class Scenario:
         """Median server CPU seconds per unit."""
         return statistics.median(self.cpu_per_unit)
 
+    @property
+    def kernel(self) -> str:
+        """The median share of that CPU spent in the kernel (sending, receiving, waking)."""
+        return f"{statistics.median(self.kernel_per_unit) / self.cpu:8.0%}"
 
-def measure(  # noqa: C901 - one linear script of the benchmark's rounds
+
+def measure(
     ports: dict[str, int], conn: Connection, args: argparse.Namespace, redis: RedisServer
 ) -> None:
     """Warm up, run the rounds, print the results."""
-    trivial = Scenario([], [])
-    pairs = {size: Scenario([], []) for size in FLEET_SIZES}
-    on_redis = Scenario([], [])
+    trivial = Scenario()
+    pairs = {size: Scenario() for size in FLEET_SIZES}
+    on_redis = Scenario()
+    floor = Scenario()
     redis_cpu: list[float] = []
     trivial_latency: list[float] = []
     lease_latency: list[float] = []
 
-    def server_cpu() -> float:
+    def server_cpu() -> tuple[float, float]:
         conn.send("cpu")
-        seconds: float = conn.recv()
-        return seconds
+        user_and_system: tuple[float, float] = conn.recv()
+        return user_and_system
 
     async def run(scenario: Scenario, port: int, steps: int, work: Work) -> None:
-        cpu = server_cpu()
+        user, system = server_cpu()
         seconds = await run_clients(port, args.clients, steps, work)
         units = args.clients * steps
-        scenario.cpu_per_unit.append((server_cpu() - cpu) / units)
+        user_after, system_after = server_cpu()
+        kernel = system_after - system
+        scenario.cpu_per_unit.append((user_after - user + kernel) / units)
+        scenario.kernel_per_unit.append(kernel / units)
         scenario.rates.append(units / seconds)
 
     async def rounds() -> None:
         await run_clients(ports["trivial"], args.clients, 5, trivial_get([]))
+        await run_clients(ports[FLOOR], args.clients, 5, lease_and_release([]))
         for size in FLEET_SIZES:
             await run_clients(ports[str(size)], args.clients, 5, lease_and_release([]))
         await run_clients(ports[REDIS], args.clients, 5, lease_and_release([]))
         for _ in range(args.rounds):
             await run(trivial, ports["trivial"], 2 * args.pairs, trivial_get(trivial_latency))
+            await run(floor, ports[FLOOR], args.pairs, lease_and_release([]))
             for size in FLEET_SIZES:
                 latencies = lease_latency if size == 1_000 else []
                 await run(pairs[size], ports[str(size)], args.pairs, lease_and_release(latencies))
@@ -360,20 +408,26 @@ def measure(  # noqa: C901 - one linear script of the benchmark's rounds
     conn.send("handler-times")
     handler_times: list[float] = conn.recv()
     report(args, trivial, pairs, trivial_latency, lease_latency, handler_times)
+    report_floor(trivial, floor, pairs[1_000])
     report_redis(pairs[1_000], on_redis, statistics.median(redis_cpu), sent)
     if args.profile:
-        profiled = (
-            ("lease+release pairs, 1,000 proxies", "1000", lease_and_release([])),
-            ("trivial requests", "trivial", trivial_get([])),
-        )
-        for title, name, work in profiled:
-            steps = args.pairs if name == "1000" else 2 * args.pairs
-            conn.send("profile")
-            conn.recv()
-            asyncio.run(run_clients(ports[name], args.clients, steps, work))
-            conn.send(f"profile-stats {args.profile}")
-            print(f"\nserver profile: {title}, {args.clients} clients x {steps}")
-            print(conn.recv())
+        profile_rounds(ports, conn, args)
+
+
+def profile_rounds(ports: dict[str, int], conn: Connection, args: argparse.Namespace) -> None:
+    """One lease+release round and one trivial round, each under cProfile in the server."""
+    profiled = (
+        ("lease+release pairs, 1,000 proxies", "1000", lease_and_release([])),
+        ("trivial requests", "trivial", trivial_get([])),
+    )
+    for title, name, work in profiled:
+        steps = args.pairs if name == "1000" else 2 * args.pairs
+        conn.send("profile")
+        conn.recv()
+        asyncio.run(run_clients(ports[name], args.clients, steps, work))
+        conn.send(f"profile-stats {args.profile}")
+        print(f"\nserver profile: {title}, {args.clients} clients x {steps}")
+        print(conn.recv())
 
 
 def report(
@@ -387,11 +441,11 @@ def report(
     """Print the rates, CPU per unit, ratios and latencies."""
     thousand = pairs[1_000]
     print(f"{args.clients} clients, {args.rounds} rounds, loopback, server in its own process")
-    print(f"{'':24}{'per second':>12}{'server CPU each':>18}")
-    print(f"{'trivial request':24}{trivial.rate:12.0f}{trivial.cpu * 1e6:15.0f} µs")
+    print(f"{'':24}{'per second':>12}{'server CPU each':>18}{'in kernel':>10}")
+    print(f"{'trivial request':24}{trivial.rate:12.0f}{trivial.cpu * 1e6:15.0f} µs{trivial.kernel}")
     for size, scenario in pairs.items():
         label = f"lease+release, {size:,}"
-        print(f"{label:24}{scenario.rate:12.0f}{scenario.cpu * 1e6:15.0f} µs")
+        print(f"{label:24}{scenario.rate:12.0f}{scenario.cpu * 1e6:15.0f} µs{scenario.kernel}")
     print("ratios (1,000 proxies)            wall clock   server CPU")
     print(
         f"  pairs ÷ trivial requests (≥ 0.5)    {thousand.rate / trivial.rate:5.2f}"
@@ -413,6 +467,21 @@ def report(
     print(f"  lease, as clients see it (≤ 10 ms)  {p99(lease_latency) * 1e3:6.2f} ms")
     print(f"  trivial, as clients see it          {p99(trivial_latency) * 1e3:6.2f} ms")
     print(f"  lease route, inside the server      {p99(handler_times) * 1e3:6.2f} ms")
+
+
+def report_floor(trivial: Scenario, floor: Scenario, thousand: Scenario) -> None:
+    """Print what aiohttp alone costs for the same requests, and what the product adds."""
+    label = "aiohttp alone, a pair"
+    print(f"{label:24}{floor.rate:12.0f}{floor.cpu * 1e6:15.0f} µs{floor.kernel}")
+    print("server CPU per request, same requests (1,000 proxies)")
+    print(
+        f"  aiohttp alone ÷ trivial (the floor)          {floor.cpu / (2 * trivial.cpu):5.2f}"
+        "   (a body to read, a dynamic route, a bigger answer)"
+    )
+    print(
+        f"  lease API ÷ aiohttp alone                    {thousand.cpu / floor.cpu:5.2f}"
+        f"   (the product's code: {(thousand.cpu - floor.cpu) / 2 * 1e6:.0f} µs a request)"
+    )
 
 
 def report_redis(memory: Scenario, on_redis: Scenario, redis_cpu: float, sent: list[str]) -> None:
