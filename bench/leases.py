@@ -370,9 +370,8 @@ def measure(
         seconds = await run_clients(port, args.clients, steps, work)
         units = args.clients * steps
         user_after, system_after = server_cpu()
-        kernel = system_after - system
-        scenario.cpu_per_unit.append((user_after - user + kernel) / units)
-        scenario.kernel_per_unit.append(kernel / units)
+        scenario.cpu_per_unit.append((user_after + system_after - user - system) / units)
+        scenario.kernel_per_unit.append((system_after - system) / units)
         scenario.rates.append(units / seconds)
 
     async def rounds() -> None:
