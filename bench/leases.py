@@ -38,7 +38,10 @@ that the server and not the load generator is what gets measured. From that one 
 
 Each ratio is given twice: from wall-clock throughput, and from the server
 process's CPU time per request or pair, which a busy machine disturbs far less.
-Both are medians over the rounds.
+Both are medians over the rounds. Beside each scenario's CPU: the kernel's share
+of it and the cyclic garbage collector's (timed through `gc.callbacks`; a full
+collection lands in whichever round is running, so it shows in one round's
+figure and the median mostly leaves it out).
 
 `--profile` then runs one more round of lease+release pairs at 1,000 proxies
 and one of trivial requests, each under cProfile in the server process (after
@@ -51,11 +54,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import multiprocessing
-import os
 import pstats
+import resource
 import statistics
 import tempfile
 import time
@@ -126,12 +130,34 @@ class FixedCatalog:
 def serve(conn: Connection, redis_url: str) -> None:
     """Child process: serve every app on its own port; report CPU and lease handler times.
 
-    Commands: "cpu" (process CPU seconds: user, system), "handler-times" (and clear them),
+    Commands: "cpu" (process CPU seconds: user, system, and of it in the cyclic garbage
+    collector), "handler-times" (and clear them),
     "profile" (start cProfile), "profile-stats N" (stop it, send its top N), "stop".
     """
     with tempfile.TemporaryDirectory() as tokens_dir:
         (Path(tokens_dir) / "bench").write_text(TOKEN)
         asyncio.run(_serve(conn, Path(tokens_dir), redis_url))
+
+
+class GcClock:
+    """CPU seconds the thread running a collection spent in Python's cyclic garbage collector.
+
+    A `gc.callbacks` entry: a collection runs on one thread from its "start" to its
+    "stop" callback, so that thread's CPU time between the two is the collection's.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __repr__(self) -> str:
+        return f"<GcClock [{self.seconds:.3f} s]>"
+
+    def __call__(self, phase: str, _: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._started
 
 
 def profile_report(profile: cProfile.Profile, top: int) -> str:
@@ -221,10 +247,14 @@ async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
     conn.send(ports)
     loop = asyncio.get_running_loop()
     profile = cProfile.Profile()
+    in_gc = GcClock()
+    gc.callbacks.append(in_gc)
     while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
         if command == "cpu":
-            times = os.times()
-            conn.send((times.user, times.system))
+            # getrusage, not os.times: its sum is the scheduler's nanosecond count, where
+            # os.times counts 10 ms clock ticks (7% of a round of 5,120 trivial requests).
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            conn.send((usage.ru_utime, usage.ru_stime, in_gc.seconds))
         elif command == "profile":
             # Enabled here, on the event loop's thread: the executor thread is not profiled.
             profile = cProfile.Profile()
@@ -331,6 +361,7 @@ class Scenario:
     rates: list[float] = field(default_factory=list)
     cpu_per_unit: list[float] = field(default_factory=list)
     kernel_per_unit: list[float] = field(default_factory=list)
+    gc_per_unit: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -347,6 +378,15 @@ class Scenario:
         """The median share of that CPU spent in the kernel (sending, receiving, waking)."""
         return f"{statistics.median(self.kernel_per_unit) / self.cpu:8.0%}"
 
+    @property
+    def in_gc(self) -> str:
+        """The median share of that CPU spent in Python's cyclic garbage collector."""
+        return f"{statistics.median(self.gc_per_unit) / self.cpu:7.0%}"
+
+    def row(self, label: str) -> str:
+        """Units/s, CPU per unit and its kernel and GC shares, under `label`."""
+        return f"{label:24}{self.rate:12.0f}{self.cpu * 1e6:15.0f} µs{self.kernel}{self.in_gc}"
+
 
 def measure(
     ports: dict[str, int], conn: Connection, args: argparse.Namespace, redis: RedisServer
@@ -360,18 +400,19 @@ def measure(
     trivial_latency: list[float] = []
     lease_latency: list[float] = []
 
-    def server_cpu() -> tuple[float, float]:
+    def server_cpu() -> tuple[float, float, float]:
         conn.send("cpu")
-        user_and_system: tuple[float, float] = conn.recv()
-        return user_and_system
+        user_system_gc: tuple[float, float, float] = conn.recv()
+        return user_system_gc
 
     async def run(scenario: Scenario, port: int, steps: int, work: Work) -> None:
-        user, system = server_cpu()
+        user, system, in_gc = server_cpu()
         seconds = await run_clients(port, args.clients, steps, work)
         units = args.clients * steps
-        user_after, system_after = server_cpu()
+        user_after, system_after, in_gc_after = server_cpu()
         scenario.cpu_per_unit.append((user_after + system_after - user - system) / units)
         scenario.kernel_per_unit.append((system_after - system) / units)
+        scenario.gc_per_unit.append((in_gc_after - in_gc) / units)
         scenario.rates.append(units / seconds)
 
     async def rounds() -> None:
@@ -440,11 +481,10 @@ def report(
     """Print the rates, CPU per unit, ratios and latencies."""
     thousand = pairs[1_000]
     print(f"{args.clients} clients, {args.rounds} rounds, loopback, server in its own process")
-    print(f"{'':24}{'per second':>12}{'server CPU each':>18}{'in kernel':>10}")
-    print(f"{'trivial request':24}{trivial.rate:12.0f}{trivial.cpu * 1e6:15.0f} µs{trivial.kernel}")
+    print(f"{'':24}{'per second':>12}{'server CPU each':>18}{'in kernel':>10}{'in GC':>7}")
+    print(trivial.row("trivial request"))
     for size, scenario in pairs.items():
-        label = f"lease+release, {size:,}"
-        print(f"{label:24}{scenario.rate:12.0f}{scenario.cpu * 1e6:15.0f} µs{scenario.kernel}")
+        print(scenario.row(f"lease+release, {size:,}"))
     print("ratios (1,000 proxies)            wall clock   server CPU")
     print(
         f"  pairs ÷ trivial requests (≥ 0.5)    {thousand.rate / trivial.rate:5.2f}"
@@ -470,8 +510,7 @@ def report(
 
 def report_floor(trivial: Scenario, floor: Scenario, thousand: Scenario) -> None:
     """Print what aiohttp alone costs for the same requests, and what the product adds."""
-    label = "aiohttp alone, a pair"
-    print(f"{label:24}{floor.rate:12.0f}{floor.cpu * 1e6:15.0f} µs{floor.kernel}")
+    print(floor.row("aiohttp alone, a pair"))
     print("server CPU per request, same requests (1,000 proxies)")
     print(
         f"  aiohttp alone ÷ trivial (the floor)          {floor.cpu / (2 * trivial.cpu):5.2f}"

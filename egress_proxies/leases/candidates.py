@@ -48,9 +48,9 @@ class CandidatePool:
         offerable.sort(key=_rank)
         return cls(ranked=tuple(offerable), not_offerable=not_offerable)
 
-    @property
+    @cached_property
     def considered(self) -> int:
-        """Every proxy that matched the selector, offerable or not."""
+        """Every proxy that matched the selector, offerable or not (one int, kept by each lease)."""
         return len(self.ranked) + self.not_offerable
 
     @cached_property

@@ -4,7 +4,7 @@ Time comes from an injected clock (seconds; `time.time` by default) and every
 operation first ends what the clock says is over, so a TTL is honoured on every
 read without a background sweeper: expiry deadlines sit in a heap and each
 operation pops the due ones, amortised O(log n). Ended leases are remembered for
-one cooldown window so that a late report still lands. The methods are
+one cooldown window so that a late report still lands (`EndedLeases`). The methods are
 coroutines only to satisfy the LeaseStore Protocol: none awaits anything, so an
 operation is atomic on the event loop; the lock guards the scrape thread.
 """
@@ -12,6 +12,7 @@ operation is atomic on the event loop; the lock guards the scrape thread.
 from __future__ import annotations
 
 import heapq
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -22,6 +23,7 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.leases.banstorm import BanStorms
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.cooldowns import Cooldowns
+from egress_proxies.leases.ended import EndedLeases
 from egress_proxies.leases.lease import (
     Lease,
     LeaseId,
@@ -46,7 +48,6 @@ class MemoryLeaseStore:
     def __init__(self, limits: LeaseLimits | None = None, *, clock: Clock = time.time) -> None:
         limits = limits or LeaseLimits()
         self._clock = clock
-        self._cooldown_window = limits.cooldown_window
         self._max_ttl = limits.max_ttl
         self._lock = threading.Lock()
         self._cooldowns = Cooldowns(
@@ -56,8 +57,7 @@ class MemoryLeaseStore:
         self._active: dict[LeaseId, Lease] = {}
         self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
-        self._ended: dict[LeaseId, Lease] = {}
-        self._ended_queue: list[tuple[float, LeaseId]] = []
+        self._ended = EndedLeases(limits.cooldown_window)
 
     @property
     def max_ttl(self) -> int:
@@ -69,6 +69,11 @@ class MemoryLeaseStore:
     ) -> Lease | NoMatch:
         """Lease the best free proxy of the pool for `target`, or say why none is free."""
         self._check_ttl(ttl_seconds)
+        if target is not None:
+            # One string per target however many leases and cooldowns name it: the
+            # request's own copy is freed with the request (interned strings are too,
+            # once nothing refers to them).
+            target = sys.intern(target)
         with self._lock:
             now = self._clock()
             self._end_due(now)
@@ -202,8 +207,7 @@ class MemoryLeaseStore:
         with self._lock:
             for lease_id in self._holders.pop(key, {}):
                 del self._active[lease_id]
-            for lease_id in [i for i, lease in self._ended.items() if lease.proxy.key == key]:
-                del self._ended[lease_id]
+            self._ended.forget_proxy(key)
             self._cooldowns.forget_proxy(key)
             self._compact_expiry_queue()
 
@@ -248,10 +252,7 @@ class MemoryLeaseStore:
             lease = self._active.get(lease_id)
             if lease is not None and lease.expires_at == expires_at:
                 self._end(lease, expires_at)
-        ended = self._ended_queue
-        while ended and ended[0][0] <= now:
-            _, lease_id = heapq.heappop(ended)
-            self._ended.pop(lease_id, None)
+        self._ended.forget_due(now)
         self._cooldowns.prune(now)
 
     def _end(self, lease: Lease, ended_at: float) -> None:
@@ -261,8 +262,7 @@ class MemoryLeaseStore:
         del holders[lease.lease_id]
         if not holders:
             del self._holders[key]
-        self._ended[lease.lease_id] = lease
-        heapq.heappush(self._ended_queue, (ended_at + self._cooldown_window, lease.lease_id))
+        self._ended.add(lease, ended_at)
 
     def _check_ttl(self, ttl_seconds: int) -> None:
         if not 1 <= ttl_seconds <= self._max_ttl:
