@@ -18,6 +18,16 @@ from tests.integration.discovery_helpers import record
 
 CLI = [sys.executable, "-m", "egress_proxies_client"]
 PROXY_URL = "http://user-only:p%40ss%3Aw%2Frd@127.0.0.1:3128"
+# Runs the rest of the command line with SIGINT at its default, as a terminal's
+# foreground command has it. Started from a background job (`make test &`) the
+# suite inherits SIGINT ignored, an ignored signal stays ignored across exec, and
+# the command `run` forwards SIGINT to would ignore it too.
+SIGINT_DEFAULT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
 
 
 @pytest.fixture
@@ -67,7 +77,7 @@ def test_run_reports_by_exit_status_with_a_configurable_mapping(served: Served) 
 
 def test_run_releases_on_sigint_and_exits_like_the_interrupted_command(served: Served) -> None:
     child = subprocess.Popen(
-        [*CLI, "run", "-t", "t.example", "--", "sleep", "30"],
+        [*SIGINT_DEFAULT, *CLI, "run", "-t", "t.example", "--", "sleep", "30"],
         env=env_for(served),
         stderr=subprocess.PIPE,
         text=True,
