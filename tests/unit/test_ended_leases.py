@@ -6,28 +6,16 @@ import asyncio
 import gc
 import tracemalloc
 
-from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.catalog import ProxyRecord
 from egress_proxies.leases import CandidatePool, Lease, LeaseId, MemoryLeaseStore
 from egress_proxies.leases.ended import _COMPACT_AFTER, EndedLeases
-from egress_proxies.model import HealthCheck
+from tests.integration.discovery_helpers import record
 
 WINDOW = 60.0
 
 
 def proxy(name: str) -> ProxyRecord:
-    return ProxyRecord(
-        key=proxy_key("crawl", name),
-        uid=f"uid-{name}",
-        namespace="crawl",
-        name=name,
-        scheme="http",
-        host="10.0.0.1",
-        port=3128,
-        health_check=HealthCheck(),
-        attributes={},
-        healthy=True,
-        latency_millis=10,
-    )
+    return record(name, credentials=None)
 
 
 def lease(number: int, on: ProxyRecord) -> Lease:
