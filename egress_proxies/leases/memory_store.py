@@ -4,9 +4,10 @@ Time comes from an injected clock (seconds; `time.time` by default) and every
 operation first ends what the clock says is over, so a TTL is honoured on every
 read without a background sweeper: expiry deadlines sit in a heap and each
 operation pops the due ones, amortised O(log n). Ended leases are remembered for
-one cooldown window so that a late report still lands (`EndedLeases`). The methods are
-coroutines only to satisfy the LeaseStore Protocol: none awaits anything, so an
-operation is atomic on the event loop; the lock guards the scrape thread.
+one cooldown window so that a late report still lands (`EndedLeases`). The
+methods are coroutines only to satisfy the LeaseStore Protocol: none awaits
+anything, so an operation is atomic on the event loop; the lock guards the
+scrape thread.
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ class MemoryLeaseStore:
         """Lease the best free proxy of the pool for `target`, or say why none is free."""
         self._check_ttl(ttl_seconds)
         if target is not None:
-            # One string per target however many leases and cooldowns name it: the
-            # request's own copy is freed with the request (interned strings are too,
-            # once nothing refers to them).
+            # One string per target, however many leases and cooldowns name it, rather
+            # than each request body's own copy kept for the lease's life (an interned
+            # string is freed once nothing refers to it).
             target = sys.intern(target)
         with self._lock:
             now = self._clock()
