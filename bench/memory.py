@@ -1,9 +1,14 @@
 """Operator memory per Proxy: RSS at 0, 100 and 300 Ready Proxies, External and managed.
 
 Runs the real operator (`egress-proxies run`) on a dev cluster, once per
-kind of Proxy, and reads its own process's resident memory (children
-excluded: pulumi and the plugins are separate processes) with no Proxy and
-after each count has become Ready. External Proxies (all pointing at one
+kind of Proxy, and reads the resident memory of the operator process plus
+its stack worker processes (what the pod holds between operations; pulumi
+and its plugins, which run only during an operation, are not counted) with
+no Proxy and after each count has become Ready. Before each reading it
+waits (up to WORKER_WAIT_SECONDS) for an idle stack worker to exit, as it
+does `--stack-worker-idle` seconds after the last operation, and says how
+long it waited; "peak" is the largest operator + worker total sampled while
+the Proxies were being created. External Proxies (all pointing at one
 open Squid pod) measure what a Proxy costs without a stack: the watch
 caches, the fleet, the health engine, the status writer. Managed ones add
 the stack and the pod watch. `--tracemalloc` also diffs allocation
@@ -31,6 +36,7 @@ import asyncio
 import os
 import shutil
 import signal
+import statistics
 import tempfile
 import time
 import tracemalloc
@@ -43,16 +49,18 @@ from bench.reconcile import (
     OPERATOR_ENV,
     POLL_MANY,
     PROGRESS_EVERY,
+    RSS_SAMPLES,
     SETTLE_SECONDS,
     STALL_SECONDS,
     Descendants,
     Progress,
+    Rss,
     create_namespace,
     dev_cluster,
     operator_pid,
     phase,
+    rss_kib,
     running,
-    sample_rss,
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
@@ -64,6 +72,72 @@ from harness.origins import serve_origin
 
 OPEN_SQUID = "http_port 3128\nhttp_access allow all\n"
 TOP_SITES = 15
+WORKER_WAIT_SECONDS = 120.0
+PEAK_INTERVAL = 0.5
+
+
+def workers(pid: int) -> list[int]:
+    """The operator's Python children: its stack worker (pulumi's processes are not Python)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if fields.get("PPid") == str(pid) and fields.get("Name", "").startswith("python"):
+            found.append(int(entry.name))
+    return found
+
+
+def pod_kib(pid: int) -> tuple[int, int]:
+    """VmRSS and RssAnon of the operator plus its stack workers."""
+    rss, _, anonymous = rss_kib(pid)
+    for worker in workers(pid):
+        try:
+            worker_rss, _, worker_anonymous = rss_kib(worker)
+        except (OSError, KeyError):
+            continue  # it exited just now
+        rss += worker_rss
+        anonymous += worker_anonymous
+    return rss, anonymous
+
+
+async def sample_pod(pid: int, peak: int) -> Rss:
+    """The median of a few operator + worker samples a second apart; `peak` as given."""
+    samples, anonymous = [], []
+    for _ in range(RSS_SAMPLES):
+        current, anon = pod_kib(pid)
+        samples.append(current)
+        anonymous.append(anon)
+        await asyncio.sleep(1.0)
+    return Rss(int(statistics.median(samples)), peak, int(statistics.median(anonymous)))
+
+
+async def wait_workers_gone(pid: int) -> float:
+    """Seconds until the operator has no stack worker (at most WORKER_WAIT_SECONDS)."""
+    start = time.monotonic()
+    for _ in range(int(WORKER_WAIT_SECONDS)):
+        if not workers(pid):
+            break
+        await asyncio.sleep(1.0)
+    return time.monotonic() - start
+
+
+class PeakSampler:
+    """The largest operator + worker RSS seen while it runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        while True:
+            self.peak = max(self.peak, pod_kib(self.pid)[0])
+            await asyncio.sleep(PEAK_INTERVAL)
 
 
 def proxy_body(name: str, kind: str, endpoint: str, health_url: str) -> dict[str, Any]:
@@ -202,7 +276,8 @@ async def measure_kind(
     with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
         await wait_operator_up(op)
         await asyncio.sleep(SETTLE_SECONDS)
-        zero = await sample_rss(operator_pid(op))
+        pid = operator_pid(op)
+        zero = await sample_pod(pid, rss_kib(pid)[1])
         readings.empty = zero.current
         first = snapshot(op, snapshots, 0) if args.tracemalloc else None
         print(
@@ -217,13 +292,21 @@ async def measure_kind(
                 for index in range(made, count)
             ]
             progress(f"{name}: {len(bodies)} more Proxies, for {count}")
-            seconds = await apply_until_ready(kube, namespace, bodies, progress)
-            made = count
-            await asyncio.sleep(SETTLE_SECONDS)
-            rss = await sample_rss(operator_pid(op))
+            sampler = PeakSampler(pid)
+            sampling = asyncio.create_task(sampler.run())
+            try:
+                seconds = await apply_until_ready(kube, namespace, bodies, progress)
+                made = count
+                await asyncio.sleep(SETTLE_SECONDS)
+                waited = await wait_workers_gone(pid)
+            finally:
+                sampling.cancel()
+            rss = await sample_pod(pid, sampler.peak)
             readings.at[count] = rss.current
+            left = len(workers(pid))
             print(
-                f"{name}: {count} Ready in {seconds:.0f} s; RSS {rss.current / 1024:.1f} MiB "
+                f"{name}: {count} Ready in {seconds:.0f} s; waited {waited:.0f} s more for the "
+                f"stack worker to exit ({left} still running); RSS {rss.current / 1024:.1f} MiB "
                 f"(peak {rss.peak / 1024:.1f}, anonymous {rss.anonymous / 1024:.1f}): "
                 f"{readings.growth(count):.0f} KiB per Proxy, anonymous "
                 f"{(rss.anonymous - zero.anonymous) / count:.0f}",

@@ -76,8 +76,7 @@ from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.stacks.errors import classify
-from egress_proxies.stacks.inputs import ProgramInputs
-from egress_proxies.stacks.programs.squid_pod import squid_pod_program
+from egress_proxies.stacks.programs import deferred
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.telemetry.memory import HeapTrimmer, cap_malloc_arenas, snapshots_on_signal
@@ -86,6 +85,8 @@ from egress_proxies.telemetry.pool_metrics import PoolMetrics
 from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
 
 logger = logging.getLogger(__name__)
+
+STACK_WORKER_MODULE = "egress_proxies.operator.stack_worker"
 
 
 class ConfigurationError(RuntimeError, EgressProxiesError):
@@ -100,6 +101,8 @@ class OperatorSettings:
     kubeconfig: Path | None = None
     namespaces: Sequence[str] = field(default_factory=tuple)
     concurrency: int = 4
+    stack_worker_idle: float = 30.0  # 0: pulumi operations in the operator's own threads
+    stack_worker_operations: int = 200
     passphrase: str | None = None
     pulumi_root: Path | None = None
     liveness_port: int | None = None
@@ -187,15 +190,11 @@ def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> Le
 
 
 def programs() -> dict[ProviderName, Program]:
-    """The inline program of each provider."""
-    return {ProviderName.KUBERNETES: squid_pod_program, ProviderName.GCP: _gce_vm_program}
-
-
-def _gce_vm_program(inputs: ProgramInputs) -> None:
-    """The GCE VM program, imported on its first run (see `gce_inventory`)."""
-    from egress_proxies.stacks.programs.gce_vm import gce_vm_program  # noqa: PLC0415
-
-    gce_vm_program(inputs)
+    """The inline program of each provider (imported by the process that first runs it)."""
+    return {
+        ProviderName.KUBERNETES: deferred.squid_pod_program,
+        ProviderName.GCP: deferred.gce_vm_program,
+    }
 
 
 def gce_inventory(project: str, shard: Shard | None) -> GceInventory:
@@ -272,8 +271,10 @@ class Operator:
                 concurrency=settings.concurrency,
                 pulumi_root=settings.pulumi_root,
                 extra_env=_provider_env(settings.kubeconfig, bin_path),
-            ),
-            self.clock,
+                worker_idle=settings.stack_worker_idle,
+                worker_operations=settings.stack_worker_operations,
+                worker_module=STACK_WORKER_MODULE,
+            )
         )
         self.gce = gce_inventory(settings.gcp_project, shard) if settings.gcp_project else None
         inventories: list[Inventory] = [
@@ -489,7 +490,7 @@ class Operator:
             await self.client.close()
             if self.gce is not None:
                 await self.gce.close()
-            await asyncio.to_thread(self.runner.close)
+            await self.runner.close()
             self.claim.release()
 
 
@@ -538,7 +539,7 @@ def run_operator(settings: OperatorSettings) -> int:
         except PeeringError as error:
             logger.error("cannot start: %s", error)
             await operator.client.close()
-            await asyncio.to_thread(operator.runner.close)
+            await operator.runner.close()
             return 2
         return 1 if operator.failed else 0
 

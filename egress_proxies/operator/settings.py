@@ -62,6 +62,15 @@ class RunSettings(BaseSettings):
         flag="--namespace",
     )
     concurrency: int = option(4, "pulumi operations at once", ge=1)
+    stack_worker_idle: float = option(
+        30.0,
+        "seconds a stack worker process lives without an operation before it exits and "
+        "returns its memory (0 = run pulumi operations in the operator's own threads)",
+        ge=0,
+    )
+    stack_worker_operations: int = option(
+        200, "operations a stack worker process takes before a fresh one replaces it", ge=1
+    )
     liveness_port: int | None = option(None, "serve kopf's liveness probe on this port")
     discovery_port: int = option(8090, "the discovery + lease API's port", ge=0, le=65535)
     # In a pod the Service reaches the operator on the pod's address: bind them all.

@@ -10,6 +10,7 @@ stack is current, the GC to tell whose a stack is. Nothing else names these keys
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -27,20 +28,36 @@ SHARD = "shard"
 Program = Callable[[ProgramInputs], None]
 
 
+@dataclass(frozen=True)
+class BoundProgram:
+    """The Pulumi program for one Proxy: `program(inputs)` plus the identity outputs.
+
+    A value, not a closure, so that it pickles to the runner's worker process.
+    """
+
+    program: Program
+    inputs: ProgramInputs
+    spec_hash: str
+    provider: str
+
+    def __repr__(self) -> str:
+        return f"<BoundProgram {self.provider} {self.inputs!r} spec={self.spec_hash}>"
+
+    def __call__(self) -> None:
+        """Declare the Proxy's resources and export its identity."""
+        self.program(self.inputs)
+        pulumi.export(SPEC_HASH, self.spec_hash)
+        pulumi.export(PROXY_UID, self.inputs.uid)
+        pulumi.export(PROVIDER, self.provider)
+        if self.inputs.shard is not None:
+            pulumi.export(SHARD, self.inputs.shard)
+
+
 def bind(
     program: Program, inputs: ProgramInputs, *, spec_hash: str, provider: str
 ) -> Callable[[], None]:
-    """The Pulumi program for one Proxy: `program(inputs)` plus the identity outputs."""
-
-    def run() -> None:
-        program(inputs)
-        pulumi.export(SPEC_HASH, spec_hash)
-        pulumi.export(PROXY_UID, inputs.uid)
-        pulumi.export(PROVIDER, provider)
-        if inputs.shard is not None:
-            pulumi.export(SHARD, inputs.shard)
-
-    return run
+    """The Pulumi program for one Proxy (a BoundProgram)."""
+    return BoundProgram(program, inputs, spec_hash, provider)
 
 
 def text(outputs: Mapping[str, Any], key: str) -> str | None:

@@ -123,4 +123,4 @@ async def test_a_stack_made_by_the_typed_sdk_is_unchanged_by_the_current_program
         ] == pod_uid
         await runner.destroy(stack)
     finally:
-        runner.close()
+        await runner.close()

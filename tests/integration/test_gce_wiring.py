@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ def built(settings: OperatorSettings) -> Iterator[Operator]:
     try:
         yield operator
     finally:
-        operator.runner.close()
+        asyncio.run(operator.runner.close())
         operator.claim.release()
 
 

@@ -60,4 +60,4 @@ async def test_up_takes_over_fields_another_manager_applied(
         assert (await kube.get(path))["data"] == {"image": "new"}
         await runner.destroy(f"{namespace}.adoption")
     finally:
-        runner.close()
+        await runner.close()

@@ -1,4 +1,4 @@
-"""One PulumiCommand, and so one `pulumi version`, per runner, even when the first ops race."""
+"""One PulumiCommand, and so one `pulumi version`, per process, even when the first ops race."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from egress_proxies import toolchain
-from egress_proxies.stacks.runner import RunnerSettings, StackRunner
+from egress_proxies.stacks.operations import RunnerSettings, StackOperations
 
 
 def test_threads_asking_at_once_share_one_command(tmp_path: Path) -> None:
@@ -18,7 +18,7 @@ def test_threads_asking_at_once_share_one_command(tmp_path: Path) -> None:
         f'#!/bin/sh\necho "$*" >> {calls}\nsleep 0.3\nexec {toolchain.find("pulumi")} "$@"\n'
     )
     wrapper.chmod(0o755)
-    runner = StackRunner(
+    operations = StackOperations(
         RunnerSettings(
             state_dir=tmp_path / "state",
             passphrase="test",
@@ -26,10 +26,7 @@ def test_threads_asking_at_once_share_one_command(tmp_path: Path) -> None:
             pulumi_root=tmp_path / "root",
         )
     )
-    try:
-        with ThreadPoolExecutor(4) as pool:
-            commands = list(pool.map(lambda _: runner._pulumi(), range(4)))
-    finally:
-        runner.close()
+    with ThreadPoolExecutor(4) as pool:
+        commands = list(pool.map(lambda _: operations._pulumi(), range(4)))
     assert len({id(command) for command in commands}) == 1
     assert calls.read_text().split() == ["version"]

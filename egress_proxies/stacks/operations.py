@@ -1,0 +1,242 @@
+"""The stack operations themselves: `up`, `destroy` and `forget`, blocking, in one thread each.
+
+Every operation is a `pulumi` subprocess, so they are kept few: one shared
+PulumiCommand (one `pulumi version` per process lifetime), no `stack
+select` (every command names its stack), and outputs read from the
+backend's checkpoint file instead of `stack output` / `stack history`. An
+`up` of an existing stack therefore starts exactly one CLI process, and a
+first `up` two (`stack init` + `up`).
+
+Each stack has a persistent work dir under the state dir (its
+`Pulumi.<stack>.yaml` holds the passphrase salt: losing it loses the
+stack's secrets). `StackRunner` calls these from its threads or from its
+worker process (`stacks.worker`); everything here and everything passed
+in can be pickled for the latter.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi import automation as auto
+
+from egress_proxies.errors import EgressProxiesError
+from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.naming import PROJECT
+
+logger = logging.getLogger(__name__)
+
+UID_CONFIG_KEY = f"{PROJECT}:proxyUid"
+_ERROR_TAIL_CHARS = 4000
+
+
+class StackOperationError(EgressProxiesError):
+    """A pulumi operation failed; `text` is the tail of its output, for classification."""
+
+    def __init__(self, operation: str, stack: str, text: str) -> None:
+        super().__init__(f"pulumi {operation} of stack {stack} failed: {text[-1000:]}")
+        self.operation = operation
+        self.stack = stack
+        self.text = text
+
+    def __reduce__(self) -> tuple[type[StackOperationError], tuple[str, str, str]]:
+        # Raised in the worker process, re-raised in the operator.
+        return (type(self), (self.operation, self.stack, self.text))
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Where the stacks live and how pulumi is run.
+
+    `worker_idle` > 0 runs the operations in a worker process
+    (`worker_module`) that exits after that many idle seconds, or after
+    `worker_operations` operations, and so returns the memory an Automation
+    API run leaves behind; 0 runs them in threads of this process.
+    """
+
+    state_dir: Path
+    passphrase: str
+    concurrency: int = 4
+    pulumi_root: Path | None = None  # a directory with bin/pulumi; None = pulumi on PATH
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    worker_idle: float = 0.0
+    worker_operations: int = 200
+    worker_module: str = "egress_proxies.stacks.worker_main"  # run as `python -m`
+
+    def __repr__(self) -> str:
+        return (
+            f"RunnerSettings(state_dir={self.state_dir!r}, passphrase=<redacted>, "
+            f"concurrency={self.concurrency}, pulumi_root={self.pulumi_root!r}, "
+            f"worker_idle={self.worker_idle:g}, worker_operations={self.worker_operations})"
+        )
+
+
+class _FileBackedStack(auto.Stack):
+    """A Stack that never runs `stack select`, `stack output` or `stack history`."""
+
+    def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend) -> None:
+        self.name = name
+        self.workspace = workspace
+        self._backend = backend
+
+    def __repr__(self) -> str:
+        return f"<FileBackedStack {self.name}>"
+
+    def outputs(self) -> auto.OutputMap:
+        state = self._backend.read(self.name)
+        values = state.outputs if state else {}
+        return {key: auto.OutputValue(value, value is None) for key, value in values.items()}
+
+    def info(self, show_secrets: bool = True) -> auto.UpdateSummary | None:
+        now = datetime.datetime.now(datetime.UTC)
+        return auto.UpdateSummary(
+            kind="update",
+            start_time=now,
+            message="",
+            environment={},
+            config={},
+            result="succeeded",
+            end_time=now,
+        )
+
+
+class StackOperations:
+    """Blocking stack operations on a file:// backend; safe to call from several threads."""
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        self._settings = settings
+        state_dir = settings.state_dir.resolve()
+        self.backend = FileBackend(state_dir / "backend", PROJECT)
+        self._workspaces = state_dir / "workspaces"
+        self._home = state_dir / "pulumi-home"
+        for directory in (self.backend.root, self._workspaces, self._home):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._command: auto.PulumiCommand | None = None
+        self._command_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<StackOperations {self.backend.url}>"
+
+    def up(
+        self, stack: str, uid: str, program: Callable[[], None], refresh: bool
+    ) -> Mapping[str, Any]:
+        """Create or update the stack with `program`; its outputs (secrets as None)."""
+        workspace = self._workspace(stack, program)
+        self.backend.clear_stale_locks()
+        try:
+            if not self.backend.exists(stack):
+                workspace.create_stack(stack)
+            _set_uid_config(Path(str(workspace.work_dir)), stack, uid)
+            handle = _FileBackedStack(stack, workspace, self.backend)
+            state = self.backend.read(stack)
+            if state is not None and state.pending_operations:
+                logger.warning("stack %s has unfinished operations; refreshing them away", stack)
+                handle.refresh(clear_pending_creates=True)
+            result = handle.up(color="never", refresh=refresh)
+        except auto.CommandError as error:
+            raise StackOperationError("up", stack, _error_text(error)) from None
+        finally:
+            self.backend.prune_history(stack)
+        return {key: output.value for key, output in result.outputs.items()}
+
+    def destroy(self, stack: str) -> None:
+        """Destroy every resource of the stack and remove it; a missing stack is done already."""
+        if not self.backend.exists(stack):
+            return
+        workspace = self._workspace(stack, _empty_program)
+        self.backend.clear_stale_locks()
+        handle = _FileBackedStack(stack, workspace, self.backend)
+        try:
+            state = self.backend.read(stack)
+            if state is not None and state.pending_operations:
+                handle.refresh(clear_pending_creates=True)
+            handle.destroy(color="never")
+            workspace.remove_stack(stack)
+        except auto.CommandError as error:
+            raise StackOperationError("destroy", stack, _error_text(error)) from None
+
+    def forget(self, stack: str) -> None:
+        """Remove the stack from the backend and leave its resources (`stack rm --force`)."""
+        if not self.backend.exists(stack):
+            return
+        workspace = self._workspace(stack, _empty_program)
+        self.backend.clear_stale_locks()
+        try:
+            workspace.remove_stack(stack, force=True)
+        except auto.CommandError as error:
+            raise StackOperationError("forget", stack, _error_text(error)) from None
+
+    def _pulumi(self) -> auto.PulumiCommand:
+        # Threads ask at once when the first operations start together; the
+        # lock keeps it to one PulumiCommand and one `pulumi version` per process.
+        with self._command_lock:
+            if self._command is None:
+                root = self._settings.pulumi_root
+                self._command = auto.PulumiCommand(
+                    root=str(root) if root else None, skip_version_check=True
+                )
+            return self._command
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "PULUMI_BACKEND_URL": self.backend.url,
+            "PULUMI_CONFIG_PASSPHRASE": self._settings.passphrase,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
+            # The kubernetes provider applies server-side under a field manager
+            # name of its own per run. An `up` killed after the API server created
+            # an object but before the checkpoint recorded it leaves fields owned
+            # by that run's manager; the next `up` must take them over (force), or
+            # it fails with a field conflict for good once the spec has changed.
+            # Every object a stack writes is named after its Proxy and owned by it.
+            "PULUMI_K8S_ENABLE_PATCH_FORCE": "true",
+            "PATH": os.environ.get("PATH", ""),
+            **self._settings.extra_env,
+        }
+
+    def _workspace(self, stack: str, program: Callable[[], None] | None) -> auto.LocalWorkspace:
+        work_dir = self._workspaces / stack
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return auto.LocalWorkspace(
+            work_dir=str(work_dir),
+            pulumi_home=str(self._home),
+            program=program,
+            env_vars=self._env(),
+            secrets_provider="passphrase",
+            project_settings=auto.ProjectSettings(
+                name=PROJECT,
+                runtime="python",
+                backend=auto.ProjectBackend(url=self.backend.url),
+            ),
+            pulumi_command=self._pulumi(),
+        )
+
+
+def _empty_program() -> None:
+    """Destroy needs a program to attach to; it declares nothing."""
+
+
+def _set_uid_config(work_dir: Path, stack: str, uid: str) -> None:
+    """Record the Proxy UID in the stack's config file (keeping its encryption salt)."""
+    path = work_dir / f"Pulumi.{stack}.yaml"
+    settings = yaml.safe_load(path.read_text()) if path.exists() else None
+    settings = settings or {}
+    config = settings.setdefault("config", {})
+    if config.get(UID_CONFIG_KEY) != uid:
+        config[UID_CONFIG_KEY] = uid
+        path.write_text(yaml.safe_dump(settings, sort_keys=True))
+
+
+def _error_text(error: auto.CommandError) -> str:
+    text = f"{getattr(error, 'stderr', '')}\n{getattr(error, 'stdout', '')}".strip() or str(error)
+    return text[-_ERROR_TAIL_CHARS:]
