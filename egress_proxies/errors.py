@@ -6,7 +6,7 @@
     ├── PeeringError                  operator/peering.py    the peering object cannot be read
     ├── SweepRefusedError             gc/sweeper.py      the GC will not run half-blind
     ├── StackOperationError           stacks/runner.py   a pulumi up/destroy/refresh failed
-    ├── PermanentProgramError         stacks/errors.py   (a pulumi.RunError) no use retrying
+    ├── PermanentProgramError         stacks/programs/errors.py (a pulumi.RunError) no use retrying
     ├── InventoryError                providers/inventory.py  a provider could not be listed
     ├── CredentialsError              providers/gcp_auth.py   no usable Google credentials
     ├── kube.ApiError                 kube/errors.py     the Kubernetes API answered an error

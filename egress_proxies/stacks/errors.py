@@ -8,8 +8,10 @@
     └── PERMANENT  latch the PermanentError condition for this generation:
                    the same spec cannot succeed, only a spec edit can
 
-    PermanentProgramError  raised by an inline program for a spec it cannot
-                           turn into resources (a missing required field)
+    StackOperationError    a failed operation, with the text `classify` reads
+    (PermanentProgramError, raised by an inline program for a spec it cannot
+    turn into resources, is in `programs/errors.py`: it is a pulumi.RunError,
+    and the operator does not import pulumi)
 
 `classify` reads the text of a failed pulumi operation (a CommandError's
 stdout and stderr) as the Google and Kubernetes providers print it. The
@@ -26,8 +28,6 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-import pulumi
-
 from egress_proxies.errors import EgressProxiesError
 
 PERMANENT_PROGRAM_ERROR_MARKER = "egress-proxies: invalid spec"
@@ -41,17 +41,18 @@ class ErrorClass(StrEnum):
     QUOTA = "Quota"
 
 
-class PermanentProgramError(pulumi.RunError, EgressProxiesError):
-    """A spec the program cannot turn into resources; `field` names the offending spec field.
+class StackOperationError(EgressProxiesError):
+    """A pulumi operation failed; `text` is the tail of its output, for classification."""
 
-    A `pulumi.RunError` is reported by the Automation API as its message alone,
-    without a traceback, so the text `classify` sees is exactly `str(self)`.
-    """
+    def __init__(self, operation: str, stack: str, text: str) -> None:
+        super().__init__(f"pulumi {operation} of stack {stack} failed: {text[-1000:]}")
+        self.operation = operation
+        self.stack = stack
+        self.text = text
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{PERMANENT_PROGRAM_ERROR_MARKER}: {field}: {message}")
-        self.field = field
-        self.message = message
+    def __reduce__(self) -> tuple[type[StackOperationError], tuple[str, str, str]]:
+        # Raised in the stack worker process, re-raised in the operator.
+        return (type(self), (self.operation, self.stack, self.text))
 
 
 @dataclass(frozen=True)

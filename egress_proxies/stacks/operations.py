@@ -21,62 +21,21 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pulumi import automation as auto
 
-from egress_proxies.errors import EgressProxiesError
 from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.naming import PROJECT
+from egress_proxies.stacks.settings import RunnerSettings
 
 logger = logging.getLogger(__name__)
 
 UID_CONFIG_KEY = f"{PROJECT}:proxyUid"
 _ERROR_TAIL_CHARS = 4000
-
-
-class StackOperationError(EgressProxiesError):
-    """A pulumi operation failed; `text` is the tail of its output, for classification."""
-
-    def __init__(self, operation: str, stack: str, text: str) -> None:
-        super().__init__(f"pulumi {operation} of stack {stack} failed: {text[-1000:]}")
-        self.operation = operation
-        self.stack = stack
-        self.text = text
-
-    def __reduce__(self) -> tuple[type[StackOperationError], tuple[str, str, str]]:
-        # Raised in the worker process, re-raised in the operator.
-        return (type(self), (self.operation, self.stack, self.text))
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """Where the stacks live and how pulumi is run.
-
-    `worker_idle` > 0 runs the operations in a worker process
-    (`worker_module`) that exits after that many idle seconds, or after
-    `worker_operations` operations, and so returns the memory an Automation
-    API run leaves behind; 0 runs them in threads of this process.
-    """
-
-    state_dir: Path
-    passphrase: str
-    concurrency: int = 4
-    pulumi_root: Path | None = None  # a directory with bin/pulumi; None = pulumi on PATH
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    worker_idle: float = 0.0
-    worker_operations: int = 200
-    worker_module: str = "egress_proxies.stacks.worker_main"  # run as `python -m`
-
-    def __repr__(self) -> str:
-        return (
-            f"RunnerSettings(state_dir={self.state_dir!r}, passphrase=<redacted>, "
-            f"concurrency={self.concurrency}, pulumi_root={self.pulumi_root!r}, "
-            f"worker_idle={self.worker_idle:g}, worker_operations={self.worker_operations})"
-        )
 
 
 class _FileBackedStack(auto.Stack):
@@ -113,12 +72,9 @@ class StackOperations:
 
     def __init__(self, settings: RunnerSettings) -> None:
         self._settings = settings
-        state_dir = settings.state_dir.resolve()
-        self.backend = FileBackend(state_dir / "backend", PROJECT)
-        self._workspaces = state_dir / "workspaces"
-        self._home = state_dir / "pulumi-home"
-        for directory in (self.backend.root, self._workspaces, self._home):
-            directory.mkdir(parents=True, exist_ok=True)
+        self.backend = settings.backend()
+        self._workspaces = settings.workspaces()
+        self._home = settings.pulumi_home()
         self._command: auto.PulumiCommand | None = None
         self._command_lock = threading.Lock()
 

@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pulumi
-
 from egress_proxies.stacks.inputs import ProgramInputs
 
 IP = "ip"
@@ -45,6 +43,8 @@ class BoundProgram:
 
     def __call__(self) -> None:
         """Declare the Proxy's resources and export its identity."""
+        import pulumi  # noqa: PLC0415 (only where programs run: the operator imports no pulumi)
+
         self.program(self.inputs)
         pulumi.export(SPEC_HASH, self.spec_hash)
         pulumi.export(PROXY_UID, self.inputs.uid)

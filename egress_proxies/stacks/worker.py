@@ -31,7 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from egress_proxies.stacks.operations import RunnerSettings, StackOperationError
+from egress_proxies.stacks.errors import StackOperationError
+from egress_proxies.stacks.settings import RunnerSettings
 
 logger = logging.getLogger(__name__)
 

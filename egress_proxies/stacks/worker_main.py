@@ -18,7 +18,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
-from egress_proxies.stacks.operations import RunnerSettings, StackOperationError, StackOperations
+from egress_proxies.stacks.errors import StackOperationError
+from egress_proxies.stacks.operations import StackOperations
+from egress_proxies.stacks.settings import RunnerSettings
 from egress_proxies.stacks.worker import HEADER, frame
 
 logger = logging.getLogger("egress_proxies.stacks.worker")

@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from egress_proxies import toolchain
-from egress_proxies.stacks.operations import RunnerSettings, StackOperations
+from egress_proxies.stacks.operations import StackOperations
+from egress_proxies.stacks.settings import RunnerSettings
 
 
 def test_threads_asking_at_once_share_one_command(tmp_path: Path) -> None:

@@ -142,7 +142,9 @@ async def test_a_worker_killed_mid_up_fails_that_up_and_the_next_one_runs(
     cli = children(worker_pid)  # the pulumi CLI of this up
     assert cli, "the worker runs pulumi as its child"
     os.kill(worker_pid, 9)
-    with pytest.raises(StackOperationError, match=f"worker process {worker_pid} exited with code -9"):
+    with pytest.raises(
+        StackOperationError, match=f"worker process {worker_pid} exited with code -9"
+    ):
         await slow
     # Its pulumi CLI loses the language host and ends too: nothing is left behind.
     for _ in range(300):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from pulumi.automation import CommandError, CommandResult
 
-from egress_proxies.stacks.errors import ErrorClass, PermanentProgramError, classify
+from egress_proxies.stacks.errors import ErrorClass, classify
+from egress_proxies.stacks.programs.errors import PermanentProgramError
 
 
 def pulumi_failure(resource: str, message: str) -> str:

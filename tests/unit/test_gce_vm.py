@@ -19,9 +19,10 @@ from pulumi.runtime.proto import resource_pb2
 
 from egress_proxies.model import ProxySpec
 from egress_proxies.providers.gcp import UID_LABEL_KEY
-from egress_proxies.stacks.errors import ErrorClass, PermanentProgramError, classify
+from egress_proxies.stacks.errors import ErrorClass, classify
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name
+from egress_proxies.stacks.programs.errors import PermanentProgramError
 from egress_proxies.stacks.programs.gce_vm import USER_DATA_KEY, gce_vm_program, vm_shape
 
 UID = "6f1c2a4e-93b7-4d2e-8f1a-0c5e7b9d3a21"

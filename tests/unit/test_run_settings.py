@@ -45,6 +45,16 @@ def test_a_flag_beats_its_variable_which_beats_the_default(
     assert settings_of(monkeypatch, "--concurrency", "9").concurrency == 9
 
 
+def test_the_stack_worker_is_on_by_default_and_zero_idle_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = settings_of(monkeypatch)
+    assert (settings.stack_worker_idle, settings.stack_worker_operations) == (30.0, 200)
+    monkeypatch.setenv("EGRESS_PROXIES_STACK_WORKER_OPERATIONS", "5")
+    settings = settings_of(monkeypatch, "--stack-worker-idle", "0")
+    assert (settings.stack_worker_idle, settings.stack_worker_operations) == (0.0, 5)
+
+
 def test_variables_keep_their_historical_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EGRESS_PROXIES_NAMESPACES", "crawl,staging")
     monkeypatch.setenv("EGRESS_PROXIES_GC_INTERVAL_SECONDS", "42")
@@ -83,6 +93,11 @@ def test_repeated_namespace_flags_replace_the_variable(monkeypatch: pytest.Monke
             "--gc-interval / $EGRESS_PROXIES_GC_INTERVAL_SECONDS",
         ),
         ([], ("EGRESS_PROXIES_STANDALONE", "perhaps"), "--standalone / $EGRESS_PROXIES_STANDALONE"),
+        (
+            ["--stack-worker-idle", "-1"],
+            None,
+            "--stack-worker-idle / $EGRESS_PROXIES_STACK_WORKER_IDLE",
+        ),
     ],
 )
 def test_a_bad_value_exits_naming_its_flag_and_variable(

@@ -45,8 +45,8 @@ import yaml
 from egress_proxies.model import ProxySpec
 from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, instance_id
 from egress_proxies.stacks import outputs
-from egress_proxies.stacks.errors import PermanentProgramError
 from egress_proxies.stacks.inputs import ProgramInputs
+from egress_proxies.stacks.programs.errors import PermanentProgramError
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
 
 USER_DATA_KEY = "user-data"
