@@ -22,6 +22,7 @@ Closing lets operations in flight finish, as the thread pool's shutdown did.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import os
@@ -157,7 +158,10 @@ class StackWorker:
         assert process.stdin is not None
         process.stdin.write(frame(self._settings))
         proc = _Process(process)
-        proc.reader = asyncio.create_task(self._read(proc), name=f"stack-worker-{process.pid}")
+        # A context of its own: not the log context of the Proxy whose call started it.
+        proc.reader = asyncio.create_task(
+            self._read(proc), name=f"stack-worker-{process.pid}", context=contextvars.Context()
+        )
         self._live.add(proc)
         self.started += 1
         logger.info("stack worker %d started", process.pid)
@@ -206,7 +210,12 @@ class StackWorker:
             self._stop(proc)
         elif proc.idle is None:
             loop = asyncio.get_running_loop()
-            proc.idle = loop.call_later(self._settings.worker_idle, self._stop_if_idle, proc)
+            proc.idle = loop.call_later(
+                self._settings.worker_idle,
+                self._stop_if_idle,
+                proc,
+                context=contextvars.Context(),
+            )
 
     def _stop_if_idle(self, proc: _Process) -> None:
         proc.idle = None
