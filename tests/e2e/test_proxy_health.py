@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from datetime import datetime, timedelta
 
-from egress_proxies.kube import KubeClient
+from egress_proxies.kube import JsonObject, KubeClient
 from harness.origins import serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
 
@@ -19,6 +21,40 @@ async def squid_pid(kube: KubeClient, namespace: str) -> int:
     [pod] = pods["items"]
     container_id: str = pod["status"]["containerStatuses"][0]["containerID"]
     return int(container_id.removeprefix("loopback://"))
+
+
+async def writes_during(
+    kube: KubeClient, namespace: str, proxy: JsonObject, seconds: int
+) -> list[JsonObject]:
+    """Every write to `proxy` in the next `seconds`, from a watch at its resource version."""
+    name = proxy["metadata"]["name"]
+    writes: list[JsonObject] = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            async for event in kube.watch(
+                proxy_path(namespace),
+                resource_version=proxy["metadata"]["resourceVersion"],
+                timeout_seconds=seconds + 5,
+            ):
+                if event["type"] != "BOOKMARK" and event["object"]["metadata"]["name"] == name:
+                    writes.append(event["object"])
+    return writes
+
+
+def assert_latency_correction(previous: JsonObject, current: JsonObject) -> None:
+    """`current` differs from `previous` only as docs/health.md's latency rule allows."""
+    old, new = previous["latencyMillis"], current["latencyMillis"]
+    assert abs(new - old) > max(20, old * 0.5), f"a steady proxy wrote latency {old} -> {new}"
+    checked = [
+        datetime.fromisoformat(status["lastHealthCheckTime"]) for status in (previous, current)
+    ]
+    assert checked[1] - checked[0] >= timedelta(seconds=59), "latency corrected within 60 s"
+    unchanged = {"latencyMillis", "lastHealthCheckTime", "conditions"}
+    assert {k: v for k, v in current.items() if k not in unchanged} == {
+        k: v for k, v in previous.items() if k not in unchanged
+    }
+    for before, after in zip(previous["conditions"], current["conditions"], strict=True):
+        assert {**after, "message": ""} == {**before, "message": ""}
 
 
 async def test_stopped_squid_goes_unhealthy_and_comes_back_ready_and_steady_is_quiet(
@@ -54,13 +90,14 @@ async def test_stopped_squid_goes_unhealthy_and_comes_back_ready_and_steady_is_q
         before = await kube.get(proxy_path(namespace, "watched"))
         hits_before = origin.hits[0]
         started = time.monotonic()
-        await asyncio.sleep(QUIET_SECONDS)
-        after = await kube.get(proxy_path(namespace, "watched"))
+        writes = await writes_during(kube, namespace, before, QUIET_SECONDS)
         assert time.monotonic() - started >= QUIET_SECONDS
-        assert after["status"] == before["status"]
-        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], (
-            "a steadily healthy proxy caused a write"
-        )
-        assert after["status"]["phase"] == "Ready"
+        # Steady means no write at all, except the rule's own latency correction
+        # (a probe slowed by a busy machine): each one must be justified by it.
+        previous = before
+        for write in writes:
+            assert_latency_correction(previous["status"], write["status"])
+            previous = write
+        assert previous["status"]["phase"] == "Ready"
         probes_while_quiet = origin.hits[0] - hits_before
         assert probes_while_quiet >= QUIET_SECONDS // 2, probes_while_quiet
