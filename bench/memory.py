@@ -66,6 +66,7 @@ from bench.reconcile import (
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
+from egress_proxies.telemetry.memory import FRAMES_ENV
 from harness.cluster import wait_for
 from harness.operator import OperatorProcess, new_operator, proxy_path
 from harness.origins import serve_origin
@@ -270,7 +271,7 @@ async def measure_kind(
     work.mkdir()
     snapshots = work / "snapshots"
     if args.tracemalloc:
-        env = env | {TRACEMALLOC_ENV: str(snapshots)}
+        env = env | {TRACEMALLOC_ENV: str(snapshots), FRAMES_ENV: str(args.tracemalloc_frames)}
     readings = Readings(label)
     name = f"{kind} ({label})"
     with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
@@ -390,6 +391,12 @@ def main() -> None:
     parser.add_argument("--counts", default="100,300", help="Ready Proxies at each reading")
     parser.add_argument("--kinds", default="external,managed", help="external and/or managed")
     parser.add_argument("--tracemalloc", action="store_true", help="diff allocation sites")
+    parser.add_argument(
+        "--tracemalloc-frames",
+        type=int,
+        default=25,
+        help="frames per allocation (fewer slow the operator less under a burst)",
+    )
     parser.add_argument(
         "--operator-env", action="append", default=[], help="NAME=VALUE for the operator"
     )

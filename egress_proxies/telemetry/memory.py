@@ -14,7 +14,8 @@ uses. `HeapTrimmer` calls glibc's `malloc_trim(0)` every few seconds, which
 releases the free pages inside the heaps too (docs/operator.md "Memory").
 
 With `EGRESS_PROXIES_TRACEMALLOC_DIR` set, the operator starts tracemalloc
-(25 frames) and writes a snapshot there on each SIGUSR2, named by a running
+(25 frames, or `EGRESS_PROXIES_TRACEMALLOC_FRAMES`: fewer frames slow a busy
+operator much less) and writes a snapshot there on each SIGUSR2, named by a running
 count. `bench.memory` diffs them by allocation site. Off by default:
 tracemalloc roughly doubles the memory it watches.
 """
@@ -37,6 +38,7 @@ from egress_proxies.clock import Clock
 logger = logging.getLogger(__name__)
 
 ENV = "EGRESS_PROXIES_TRACEMALLOC_DIR"
+FRAMES_ENV = "EGRESS_PROXIES_TRACEMALLOC_FRAMES"
 _FRAMES = 25
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
 MALLOC_ARENAS = 2
@@ -100,7 +102,7 @@ def snapshots_on_signal(environ: Mapping[str, str], loop: asyncio.AbstractEventL
         return False
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(_FRAMES)
+    tracemalloc.start(int(environ.get(FRAMES_ENV) or _FRAMES))
     counter = itertools.count()
 
     def dump() -> None:
