@@ -223,6 +223,33 @@ def snapshot(operator: OperatorProcess, directory: Path, count: int) -> Path:
     return path
 
 
+def rss_by_mapping(pid: int) -> Counter[str]:
+    """The operator's resident KiB by kind of mapping: the brk heap, other anonymous, files.
+
+    glibc's main arena grows the brk heap; pymalloc's arenas, glibc's other arena
+    and blocks above the mmap threshold are the other anonymous mappings (the
+    kernel merges adjacent ones, so they are not told apart further).
+    """
+    kinds: Counter[str] = Counter()
+    kind = "file"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            name = head[5].strip() if len(head) > 5 else ""
+            kind = "heap" if name == "[heap]" else "anonymous" if not name else "file"
+        elif head[0] == "Rss:":
+            kinds[kind] += int(head[1])
+    return kinds
+
+
+def split_growth(before: Counter[str], after: Counter[str], count: int) -> str:
+    """Per-Proxy growth of each kind of mapping."""
+    return ", ".join(
+        f"{kind} {(after[kind] - before[kind]) / count:.0f}"
+        for kind in ("heap", "anonymous", "file")
+    )
+
+
 def top_sites(first: Path, last: Path, proxies: int) -> list[str]:
     """The allocation sites that grew most, per Proxy."""
     before = tracemalloc.Snapshot.load(str(first))
@@ -280,6 +307,7 @@ async def measure_kind(
         pid = operator_pid(op)
         zero = await sample_pod(pid, rss_kib(pid)[1])
         readings.empty = zero.current
+        mappings = rss_by_mapping(pid)
         first = snapshot(op, snapshots, 0) if args.tracemalloc else None
         print(
             f"{name}: operator RSS {zero.current / 1024:.1f} MiB with 0 Proxies "
@@ -310,7 +338,8 @@ async def measure_kind(
                 f"stack worker to exit ({left} still running); RSS {rss.current / 1024:.1f} MiB "
                 f"(peak {rss.peak / 1024:.1f}, anonymous {rss.anonymous / 1024:.1f}): "
                 f"{readings.growth(count):.0f} KiB per Proxy, anonymous "
-                f"{(rss.anonymous - zero.anonymous) / count:.0f}",
+                f"{(rss.anonymous - zero.anonymous) / count:.0f} (the operator's own by "
+                f"mapping, KiB per Proxy: {split_growth(mappings, rss_by_mapping(pid), count)})",
                 flush=True,
             )
         if first is not None:
