@@ -279,6 +279,15 @@ class Readings:
         """KiB of RSS per Ready Proxy at `count`, over the empty operator."""
         return (self.at[count] - self.empty) / count
 
+    def marginal(self, count: int) -> str:
+        """KiB per Proxy added since the previous count (what one more Proxy costs)."""
+        earlier = [n for n in self.at if n < count]
+        if not earlier:
+            return ""
+        since = max(earlier)
+        per_proxy = (self.at[count] - self.at[since]) / (count - since)
+        return f" ({per_proxy:.0f} KiB per Proxy since {since})"
+
 
 async def measure_kind(
     kube: KubeClient,
@@ -337,7 +346,7 @@ async def measure_kind(
                 f"{name}: {count} Ready in {seconds:.0f} s; waited {waited:.0f} s more for the "
                 f"stack worker to exit ({left} still running); RSS {rss.current / 1024:.1f} MiB "
                 f"(peak {rss.peak / 1024:.1f}, anonymous {rss.anonymous / 1024:.1f}): "
-                f"{readings.growth(count):.0f} KiB per Proxy, anonymous "
+                f"{readings.growth(count):.0f} KiB per Proxy{readings.marginal(count)}, anonymous "
                 f"{(rss.anonymous - zero.anonymous) / count:.0f} (the operator's own by "
                 f"mapping, KiB per Proxy: {split_growth(mappings, rss_by_mapping(pid), count)})",
                 flush=True,
