@@ -35,6 +35,7 @@ unit: venv
 
 tools:
 	@bash tools/build.sh
+	@bash tools/images.sh
 
 venv: $(VENV)/.installed
 

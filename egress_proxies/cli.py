@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="egress-proxies", description="A Kubernetes operator for crawler egress proxies."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    dev = commands.add_parser("dev-cluster", help="a local control plane with a loopback kubelet")
+    dev = commands.add_parser("dev-cluster", help="a local control plane with one node")
     dev_commands = dev.add_subparsers(dest="action", required=True)
     up = dev_commands.add_parser("up", help="start the dev cluster (foreground unless --detach)")
     up.add_argument("--state-dir", type=Path, required=True, help="where keys, data and logs live")
@@ -32,6 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--crds",
         type=Path,
         help="a directory of CRD YAML files to install (default: the project's crds/)",
+    )
+    up.add_argument(
+        "--node",
+        choices=("loopback", "real"),
+        default="loopback",
+        help="loopback: the Python kubelet emulation (default); "
+        "real: kubelet + containerd + runc (docs/dev-cluster.md)",
     )
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
     down.add_argument("--state-dir", type=Path, required=True)
@@ -155,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "up":
             crds = args.crds or cluster.DEFAULT_CRD_DIR
             if args.detach:
-                return cluster.run_detached(args.state_dir, crds)
-            return cluster.run_foreground(args.state_dir, crds)
+                return cluster.run_detached(args.state_dir, crds, node=args.node)
+            return cluster.run_foreground(args.state_dir, crds, node=args.node)
         return cluster.stop(args.state_dir)
     if args.command == "run":
         settings = read_settings(parser, args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,10 @@ class ClusterHandle:
 
     layout: StateLayout
     credentials: Credentials
+    # Where pods reach the host (an origin for proxies listens there): the
+    # host's end of a real node's veth, or loopback for the loopback kubelet.
+    host_address: str = "127.0.0.1"
+    node: str = "loopback"
 
     @property
     def kubeconfig(self) -> Path:
@@ -29,7 +34,9 @@ class ClusterHandle:
         return self.layout.kubeconfig
 
 
-def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, ClusterHandle]:
+def start_supervised_cluster(
+    state: Path, pid_dir: Path, node: str = "loopback"
+) -> tuple[Child, ClusterHandle]:
     """`dev-cluster up` as a child that dies with this process; returns once it is ready.
 
     Raises RuntimeError with the supervisor's log tail when it does not start.
@@ -45,17 +52,25 @@ def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, Cluster
             "up",
             "--state-dir",
             str(state),
+            "--node",
+            node,
         ],
         pid_dir=pid_dir,
         log=state / "supervisor.log",
     )
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     while not layout.ready.exists():
         if not supervisor.alive() or time.monotonic() > deadline:
             supervisor.stop()
             raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
         time.sleep(0.2)
-    return supervisor, ClusterHandle(layout, Credentials.from_kubeconfig(layout.kubeconfig))
+    ready = json.loads(layout.ready.read_text())
+    return supervisor, ClusterHandle(
+        layout,
+        Credentials.from_kubeconfig(layout.kubeconfig),
+        host_address=ready.get("host_address", "127.0.0.1"),
+        node=ready.get("node", "loopback"),
+    )
 
 
 async def wait_for(

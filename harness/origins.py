@@ -24,21 +24,25 @@ class Origin:
     url: str
     client_ssl: ssl.SSLContext | None = None
     hits: list[int] = field(default_factory=lambda: [0])  # requests served so far
+    peers: list[str] = field(default_factory=list)  # the source address of each request
 
 
-def _hello(hits: list[int]) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handler(_: web.Request) -> web.Response:
+def _hello(hits: list[int], peers: list[str]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
         hits[0] += 1
+        peers.append(request.remote or "")
         return web.Response(text=ORIGIN_BODY)
 
     return handler
 
 
-def _tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+def _tls_contexts(directory: Path, host: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = issue_certificate("test origin CA", ca_key, ca_key, None, is_ca=True)
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = issue_certificate("origin", key, ca_key, ca, hosts=["127.0.0.1", "localhost"])
+    cert = issue_certificate(
+        "origin", key, ca_key, ca, hosts=sorted({host, "127.0.0.1", "localhost"})
+    )
     cert_file, key_file = directory / "origin.crt", directory / "origin.key"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(
@@ -55,19 +59,28 @@ def _tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 
 @asynccontextmanager
-async def serve_origin(tls_dir: Path | None = None) -> AsyncIterator[Origin]:
-    """Serve ORIGIN_BODY on 127.0.0.1 (HTTPS when `tls_dir` is given) until exit."""
-    hits = [0]
+async def serve_origin(
+    tls_dir: Path | None = None, host: str = "127.0.0.1"
+) -> AsyncIterator[Origin]:
+    """Serve ORIGIN_BODY on `host` (HTTPS when `tls_dir` is given) until exit.
+
+    On a real node, pods reach the host at the cluster's `host_address`, not
+    at 127.0.0.1: pass that as `host` for an origin that proxies fetch from.
+    """
+    hits: list[int] = [0]
+    peers: list[str] = []
     app = web.Application()
-    app.router.add_get("/", _hello(hits))
+    app.router.add_get("/", _hello(hits, peers))
     runner = web.AppRunner(app)
     await runner.setup()
-    server_ssl, client_ssl = _tls_contexts(tls_dir) if tls_dir else (None, None)
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl)
+    server_ssl, client_ssl = _tls_contexts(tls_dir, host) if tls_dir else (None, None)
+    site = web.TCPSite(runner, host, 0, ssl_context=server_ssl)
     await site.start()
     port = runner.addresses[0][1]
     scheme = "https" if tls_dir else "http"
     try:
-        yield Origin(url=f"{scheme}://127.0.0.1:{port}/", client_ssl=client_ssl, hits=hits)
+        yield Origin(
+            url=f"{scheme}://{host}:{port}/", client_ssl=client_ssl, hits=hits, peers=peers
+        )
     finally:
         await runner.cleanup()

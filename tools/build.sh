@@ -5,7 +5,8 @@
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
-#   tools/build.sh --regen       rewrite tools/go/*/go.mod + go.sum from versions.env
+#   tools/build.sh --regen [STEP...]  rewrite tools/go/<step>/go.mod + go.sum from versions.env
+#                                     (every step by default)
 #
 # Binaries go to $CACHE/tools/<binary>-<version>-<recipe>/<binary>, with
 # symlinks in $CACHE/bin, where CACHE=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}
@@ -24,30 +25,34 @@ BIN_DIR=$CACHE_ROOT/bin
 STORE=$CACHE_ROOT/tools
 LOG_DIR=$CACHE_ROOT/logs
 
-ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl)
+ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl
+    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr)
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
 # their common packages compile once and their links overlap. The plugin is
 # verified with the CLI, so pulumi comes before it.
-STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd)
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd)
 declare -A STEP_BINARIES=(
     [pulumi]="pulumi"
     [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
-    [kubernetes]="kube-apiserver kube-controller-manager kubectl"
+    [kubernetes]="kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy"
     [etcd]="etcd"
+    [containerd]="containerd containerd-shim-runc-v2 ctr"
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
 # on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
 # cache has timed a build of its own.
-declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47)
+declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No
 # compiler debug information: the links strip it anyway (-ldflags=-w).
 GO_BUILD_FLAGS=(-trimpath -gcflags=all=-dwarf=false)
 
+REGEN=0        # --regen given
+REGEN_STEPS=() # the steps named after --regen (all when empty)
 CURRENT=""    # what is being worked on, for error messages
 LOG_FILE=""   # log of the current step
 BUILD_TMP=""  # staging dir of the current build, removed on exit
@@ -195,22 +200,46 @@ regen_wrapper() {
     BUILD_TMP=""
 }
 
+# wants_regen STEP: the step was named after --regen, or none was.
+wants_regen() {
+    ((${#REGEN_STEPS[@]} == 0)) || [[ " ${REGEN_STEPS[*]} " == *" $1 "* ]]
+}
+
 regen_all() {
     command -v python3 >/dev/null || die "--regen needs python3"
+    local step
+    for step in "${REGEN_STEPS[@]}"; do
+        [[ " ${STEPS[*]} " == *" $step "* ]] || die "unknown step $step (steps: ${STEPS[*]})"
+    done
     go_env "-mod=mod"
-    regen_wrapper pulumi "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION $PULUMI_VERSION" \
-        -- "$(binary_package pulumi)"
-    # Not in the CLI's wrapper: the plugin does not compile against the CLI's
-    # pulumi pkg/v3 (docs/development.md, "Why the plugin keeps its own pins").
-    regen_wrapper pulumi-resource-kubernetes \
-        "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE $PULUMI_KUBERNETES_SDK_MODULE" \
-        -- "$(binary_package pulumi-resource-kubernetes)"
-    regen_wrapper kubernetes \
-        "k8s.io/kubernetes $KUBERNETES_VERSION $KUBERNETES_STAGING_VERSION" \
-        -- "$(binary_package kube-apiserver)" "$(binary_package kube-controller-manager)" \
-        "$(binary_package kubectl)"
-    regen_wrapper etcd "go.etcd.io/etcd/server/v3 $ETCD_VERSION $ETCD_VERSION" \
-        -- "$(binary_package etcd)"
+    if wants_regen pulumi; then
+        regen_wrapper pulumi "github.com/pulumi/pulumi/pkg/v3 $PULUMI_VERSION $PULUMI_VERSION" \
+            -- "$(binary_package pulumi)"
+    fi
+    if wants_regen pulumi-resource-kubernetes; then
+        # Not in the CLI's wrapper: the plugin does not compile against the CLI's
+        # pulumi pkg/v3 (docs/development.md, "Why the plugin keeps its own pins").
+        regen_wrapper pulumi-resource-kubernetes \
+            "github.com/pulumi/pulumi-kubernetes/provider/v4 $PULUMI_KUBERNETES_PROVIDER_MODULE $PULUMI_KUBERNETES_SDK_MODULE" \
+            -- "$(binary_package pulumi-resource-kubernetes)"
+    fi
+    if wants_regen kubernetes; then
+        regen_wrapper kubernetes \
+            "k8s.io/kubernetes $KUBERNETES_VERSION $KUBERNETES_STAGING_VERSION" \
+            -- "$(binary_package kube-apiserver)" "$(binary_package kube-controller-manager)" \
+            "$(binary_package kubectl)" "$(binary_package kube-scheduler)" "$(binary_package kubelet)" \
+            "$(binary_package kube-proxy)"
+    fi
+    if wants_regen etcd; then
+        regen_wrapper etcd "go.etcd.io/etcd/server/v3 $ETCD_VERSION $ETCD_VERSION" \
+            -- "$(binary_package etcd)"
+    fi
+    if wants_regen containerd; then
+        regen_wrapper containerd \
+            "github.com/containerd/containerd/v2 $CONTAINERD_VERSION $CONTAINERD_VERSION" \
+            -- "$(binary_package containerd)" "$(binary_package containerd-shim-runc-v2)" \
+            "$(binary_package ctr)"
+    fi
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
@@ -222,7 +251,10 @@ binary_version() {
     etcd) printf '%s' "$ETCD_VERSION" ;;
     pulumi) printf '%s' "$PULUMI_VERSION" ;;
     pulumi-resource-kubernetes) printf '%s' "$PULUMI_KUBERNETES_VERSION" ;;
-    kube-apiserver | kube-controller-manager | kubectl) printf '%s' "$KUBERNETES_VERSION" ;;
+    kube-apiserver | kube-controller-manager | kubectl | kube-scheduler | kubelet | kube-proxy)
+        printf '%s' "$KUBERNETES_VERSION"
+        ;;
+    containerd | containerd-shim-runc-v2 | ctr) printf '%s' "$CONTAINERD_VERSION" ;;
     esac
 }
 
@@ -233,7 +265,10 @@ binary_package() {
     pulumi-resource-kubernetes)
         printf '%s' github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes
         ;;
-    kube-apiserver | kube-controller-manager | kubectl) printf 'k8s.io/kubernetes/cmd/%s' "$1" ;;
+    kube-apiserver | kube-controller-manager | kubectl | kube-scheduler | kubelet | kube-proxy)
+        printf 'k8s.io/kubernetes/cmd/%s' "$1"
+        ;;
+    containerd | containerd-shim-runc-v2 | ctr) printf 'github.com/containerd/containerd/v2/cmd/%s' "$1" ;;
     esac
 }
 
@@ -253,7 +288,10 @@ binary_ldflags() {
     pulumi-resource-kubernetes)
         printf ' %s' "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=${PULUMI_KUBERNETES_VERSION#v}"
         ;;
-    kube-apiserver | kube-controller-manager | kubectl)
+    containerd | containerd-shim-runc-v2 | ctr)
+        printf ' %s' "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+        ;;
+    kube-apiserver | kube-controller-manager | kubectl | kube-scheduler | kubelet | kube-proxy)
         # What upstream's hack/lib/version.sh stamps, minus the (unknown) commit.
         for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
             printf ' %s' "-X $pkg.gitVersion=$KUBERNETES_VERSION" "-X $pkg.gitMajor=${v%%.*}" \
@@ -275,6 +313,7 @@ check_wrapper() {
         ;;
     kubernetes) set -- "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
+    containerd) set -- "github.com/containerd/containerd/v2 $CONTAINERD_VERSION" ;;
     esac
     for pin in "$@"; do
         read -r module version <<<"$pin"
@@ -352,9 +391,11 @@ verify_binary() {
             verify "\"version\": \"${PULUMI_KUBERNETES_VERSION#v}\"" \
             "$(binary_dir pulumi "$(recipe_id pulumi)")/pulumi" package get-schema "$path"
         ;;
-    kube-apiserver | kube-controller-manager)
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
         verify "Kubernetes $KUBERNETES_VERSION" "$path" --version
         ;;
+    containerd | ctr) verify "$CONTAINERD_VERSION" "$path" --version ;;
+    containerd-shim-runc-v2) verify "$CONTAINERD_VERSION" "$path" -v ;;
     kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
     esac
 }
@@ -480,9 +521,7 @@ main() {
             return
             ;;
         --regen)
-            mkdir -p "$LOG_DIR"
-            regen_all
-            return
+            REGEN=1
             ;;
         -h | --help)
             usage
@@ -490,11 +529,20 @@ main() {
             ;;
         -*) die "unknown option $arg (see --help)" ;;
         *)
+            if ((REGEN)); then
+                REGEN_STEPS+=("$arg")
+                continue
+            fi
             [[ " ${ALL_BINARIES[*]} " == *" $arg "* ]] || die "unknown binary $arg (see --help)"
             wanted+=("$arg")
             ;;
         esac
     done
+    if ((REGEN)); then
+        mkdir -p "$LOG_DIR"
+        regen_all
+        return
+    fi
     ((${#wanted[@]} > 0)) || wanted=("${ALL_BINARIES[@]}")
     # The plugin is verified through the pulumi CLI.
     [[ " ${wanted[*]} " != *" pulumi-resource-kubernetes "* ]] || wanted+=(pulumi)

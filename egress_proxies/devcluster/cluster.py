@@ -26,6 +26,8 @@ import yaml
 
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
 from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
+from egress_proxies.devcluster.network import NodeNetwork, choose_network
+from egress_proxies.devcluster.node import Node, NodeError, cgroup_name, remove_cgroups
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.toolchain import MissingToolError
@@ -34,6 +36,8 @@ Progress = Callable[[str], None]
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 _APPLY_PATCH = "application/apply-patch+yaml"
+# `loopback`: the Python kubelet emulation; `real`: kubelet + containerd + runc.
+NODE_KINDS = ("loopback", "real")
 
 
 def print_progress(message: str) -> None:
@@ -50,11 +54,18 @@ class DevCluster:
         *,
         crd_dir: Path = DEFAULT_CRD_DIR,
         progress: Progress = print_progress,
+        node: str = "loopback",
     ) -> None:
         self.layout = StateLayout(state_dir.resolve())
         self._crd_dir = crd_dir
         self._progress = progress
-        self._control_plane = ControlPlane(self.layout, progress)
+        self._node_kind = node
+        self._network: NodeNetwork | None = None
+        if node == "real":
+            self.layout.root.mkdir(parents=True, exist_ok=True)
+            self._network = choose_network(self.layout.root / "network.json")
+        self._control_plane = ControlPlane(self.layout, progress, self._network)
+        self._node: Node | None = None
 
     def __repr__(self) -> str:
         return f"<DevCluster {self.layout.root} {self._control_plane!r}>"
@@ -75,18 +86,16 @@ class DevCluster:
             credentials = await self._control_plane.start()
             client = KubeClient(credentials)
             await install_crds(client, self._crd_dir, self._progress)
+            if self._network is not None:
+                await self._serve_real_node(credentials, stop)
+                return
             kubelet = LoopbackKubelet(
                 client, pods_dir, self.layout.pids, PodAddresses(_network_octet(self.layout))
             )
             kubelet_ready = asyncio.Event()
             kubelet_task = asyncio.create_task(kubelet.run(kubelet_ready), name="loopback kubelet")
             await _first_of(kubelet_ready.wait(), kubelet_task)
-            self.layout.ready.write_text(
-                json.dumps(
-                    {"server": credentials.server, "kubeconfig": str(self.layout.kubeconfig)}
-                )
-            )
-            self._progress(f"ready: export KUBECONFIG={self.layout.kubeconfig}")
+            self._mark_ready(credentials)
             await _first_of(stop.wait(), kubelet_task)
         finally:
             self.layout.ready.unlink(missing_ok=True)
@@ -97,12 +106,48 @@ class DevCluster:
                     await kubelet_task
             if client is not None:
                 await client.close()
+            if self._node is not None:
+                self._node.stop()
             self._control_plane.stop()
             reap_stale(self.layout.pids)
             shutil.rmtree(pods_dir, ignore_errors=True)
             self.layout.pods.unlink(missing_ok=True)
             self.layout.supervisor_pid.unlink(missing_ok=True)
             self._progress("stopped")
+
+    async def _serve_real_node(self, credentials: Any, stop: asyncio.Event) -> None:
+        assert self._network is not None
+        await self._control_plane.start_scheduler()
+        self._node = Node(
+            self.layout.root / "node",
+            self._network,
+            self.layout.logs,
+            self.layout.pids,
+            self._progress,
+        )
+        node_credentials = self._control_plane.node_credentials
+        assert node_credentials is not None
+        await self._node.start(
+            credentials, node_credentials, (self.layout.pki / "ca.crt").read_bytes()
+        )
+        self._mark_ready(credentials)
+        while not stop.is_set():
+            failed = self._node.failed_child()
+            if failed is not None:
+                raise StartupError(
+                    f"{failed.name} exited with code {failed.process.returncode}; "
+                    f"its log ({failed.log}) ends:\n{failed.log_tail()}"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    def _mark_ready(self, credentials: Any) -> None:
+        info = {"server": credentials.server, "kubeconfig": str(self.layout.kubeconfig)}
+        if self._network is not None:
+            info["node"] = "real"
+            info.update(self._network.describe())
+        self.layout.ready.write_text(json.dumps(info))
+        self._progress(f"ready: export KUBECONFIG={self.layout.kubeconfig}")
 
 
 async def _first_of(awaitable: Any, task: asyncio.Task[None]) -> None:
@@ -188,7 +233,7 @@ async def _wait_established(client: KubeClient, name: str) -> None:
     raise StartupError(f"CRD {name} was not Established after 30s")
 
 
-def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR) -> int:
+def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, node: str = "loopback") -> int:
     """`dev-cluster up`: serve until SIGINT/SIGTERM. Returns the process exit code."""
 
     async def main() -> None:
@@ -196,17 +241,19 @@ def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await DevCluster(state_dir, crd_dir=crd_dir).serve(stop)
+        await DevCluster(state_dir, crd_dir=crd_dir, node=node).serve(stop)
 
     try:
         asyncio.run(main())
-    except (StartupError, MissingToolError, ApiError) as error:
+    except (StartupError, NodeError, MissingToolError, ApiError) as error:
         print_progress(f"error: {error}")
         return 1
     return 0
 
 
-def run_detached(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: float = 180.0) -> int:
+def run_detached(
+    state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: float = 300.0, node: str = "loopback"
+) -> int:
     """`dev-cluster up --detach`: start the supervisor as a daemon, return once it is ready."""
     layout = StateLayout(state_dir.resolve())
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -228,6 +275,8 @@ def run_detached(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: floa
                 str(layout.root),
                 "--crds",
                 str(crd_dir),
+                "--node",
+                node,
             ],
             stdin=subprocess.DEVNULL,
             stdout=handle,
@@ -266,6 +315,8 @@ def stop(state_dir: Path, timeout: float = 30.0) -> int:
     for leftover in reap_stale(layout.pids):
         print_progress(f"killed a leftover process: {leftover}")
     _remove_stale_pod_dirs(layout)
+    # A killed supervisor's node: its namespaces died with it; its pods' cgroups may linger.
+    remove_cgroups(cgroup_name(layout.root))
     layout.ready.unlink(missing_ok=True)
     layout.supervisor_pid.unlink(missing_ok=True)
     print_progress("down")

@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from egress_proxies import toolchain
+from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
@@ -26,6 +27,12 @@ from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubecon
 
 CONTROLLERS = (
     "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector"
+)
+# With a real node, also what a node and its Services and workloads need:
+# the node's taints follow its conditions, Services get endpoints, and
+# Deployments get ReplicaSets and pods.
+NODE_CONTROLLERS = (
+    "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,deployment,replicaset"
 )
 SERVICE_CIDR = "10.96.0.0/16"
 
@@ -99,9 +106,15 @@ def free_port() -> int:
 class ControlPlane:
     """Starts, checks and stops the three control-plane processes."""
 
-    def __init__(self, layout: StateLayout, progress: Progress) -> None:
+    def __init__(
+        self, layout: StateLayout, progress: Progress, network: NodeNetwork | None = None
+    ) -> None:
         self.layout = layout
         self._progress = progress
+        self._network = network
+        self.api_port = 0
+        # The same admin, at the address the node reaches the API server on.
+        self.node_credentials: Credentials | None = None
         self._children: list[Child] = []
         self.credentials: Credentials | None = None
 
@@ -111,10 +124,19 @@ class ControlPlane:
 
     async def start(self) -> Credentials:
         """Start etcd, the API server and the controller manager; return admin credentials."""
-        pki = ensure_pki(self.layout.pki)
+        extra_hosts: tuple[str, ...] = ()
+        if self._network is not None:
+            extra_hosts = (
+                self._network.host_address,
+                self._network.api_service_ip,
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc.cluster.local",
+            )
+        pki = ensure_pki(self.layout.pki, extra_hosts)
         token = ensure_token(self.layout.pki / "admin.token")
         etcd_url = await self._start_etcd()
-        api_port = free_port()
+        api_port = self.api_port = free_port()
         server, ca_pem = f"https://127.0.0.1:{api_port}", pki.ca_cert.read_bytes()
         credentials = Credentials.from_token(server, ca_pem, token)
         write_kubeconfig(self.layout.kubeconfig, credentials)
@@ -126,9 +148,39 @@ class ControlPlane:
         )
         await self._start_apiserver(pki, etcd_url, api_port, token, credentials)
         self.credentials = credentials
+        if self._network is not None:
+            self.node_credentials = Credentials.from_token(
+                f"https://{self._network.host_address}:{api_port}", ca_pem, token
+            )
         await self._start_controller_manager(pki)
         await self._wait_for_default_service_account(credentials)
         return credentials
+
+    @property
+    def _controllers(self) -> str:
+        return CONTROLLERS if self._network is None else f"{CONTROLLERS},{NODE_CONTROLLERS}"
+
+    @property
+    def service_cidr(self) -> str:
+        """The Service ClusterIP range: the node's, else a fixed one (no node routes it)."""
+        return SERVICE_CIDR if self._network is None else self._network.service_cidr
+
+    async def start_scheduler(self) -> None:
+        """Start kube-scheduler: with a real node, pods are scheduled as on any cluster."""
+        self._progress("starting kube-scheduler")
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(toolchain.find("kube-scheduler")),
+                f"--kubeconfig={self.layout.kubeconfig}",
+                f"--authentication-kubeconfig={self.layout.kubeconfig}",
+                f"--authorization-kubeconfig={self.layout.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--v=1",
+            ],
+        )
 
     def children(self) -> list[Child]:
         """The processes started so far."""
@@ -174,14 +226,30 @@ class ControlPlane:
         token_file = self.layout.pki / "tokens.csv"
         token_file.write_text(f'{token},dev-admin,dev-admin,"system:masters"\n')
         token_file.chmod(0o600)
-        self._progress(f"starting kube-apiserver on 127.0.0.1:{port}")
+        if self._network is None:
+            bind = [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # A loopback address cannot back the `kubernetes` Service's endpoints.
+                "--endpoint-reconciler-type=none",
+            ]
+        else:
+            # The node reaches the API server at the host's end of its veth
+            # (created after the API server starts), the host at 127.0.0.1.
+            bind = [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={self._network.host_address}",
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        self._progress(f"starting kube-apiserver on port {port}")
         child = self._spawn(
             "kube-apiserver",
             [
                 str(toolchain.find("kube-apiserver")),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *bind,
                 f"--secure-port={port}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -192,9 +260,7 @@ class ControlPlane:
                 f"--service-account-key-file={pki.service_account_pub}",
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # A loopback address cannot back the `kubernetes` Service's endpoints.
-                "--endpoint-reconciler-type=none",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -214,10 +280,10 @@ class ControlPlane:
                 f"--kubeconfig={self.layout.kubeconfig}",
                 f"--authentication-kubeconfig={self.layout.kubeconfig}",
                 f"--authorization-kubeconfig={self.layout.kubeconfig}",
-                f"--controllers={CONTROLLERS}",
+                f"--controllers={self._controllers}",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={pki.ca_cert}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",

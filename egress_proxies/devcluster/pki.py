@@ -35,8 +35,16 @@ class ClusterPki:
     admin_key: Path
 
 
-def ensure_pki(directory: Path) -> ClusterPki:
-    """Create the cluster's keys in `directory` unless they already exist."""
+SERVING_HOSTS = ("127.0.0.1", "localhost", "kubernetes.default.svc")
+
+
+def ensure_pki(directory: Path, extra_hosts: tuple[str, ...] = ()) -> ClusterPki:
+    """Create the cluster's keys in `directory` unless they already exist.
+
+    The API server's certificate names `extra_hosts` too (the node's address
+    for the API server, the `kubernetes` Service IP); it is issued again when
+    they change.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     pki = ClusterPki(
         ca_cert=directory / "ca.crt",
@@ -53,14 +61,12 @@ def ensure_pki(directory: Path) -> ClusterPki:
         ca_cert = issue_certificate("egress-proxies dev CA", ca_key, ca_key, None, is_ca=True)
         _write_key(pki.ca_key, ca_key)
         pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    if not pki.serving_cert.exists():
-        _issue(
-            pki,
-            pki.serving_cert,
-            pki.serving_key,
-            "kube-apiserver",
-            hosts=["127.0.0.1", "localhost", "kubernetes.default.svc"],
-        )
+    hosts = [*SERVING_HOSTS, *extra_hosts]
+    hosts_file = directory / "apiserver.hosts"
+    current = hosts_file.read_text().split() if hosts_file.exists() else list(SERVING_HOSTS)
+    if not pki.serving_cert.exists() or current != hosts:
+        _issue(pki, pki.serving_cert, pki.serving_key, "kube-apiserver", hosts=hosts)
+        hosts_file.write_text("\n".join(hosts) + "\n")
     if not pki.admin_cert.exists():
         _issue(pki, pki.admin_cert, pki.admin_key, "dev-admin", organization="system:masters")
     if not pki.service_account_key.exists():
