@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from egress_proxies import crd
 from egress_proxies.operator.settings import RunSettings, flag_of, variables_of
+
+T = TypeVar("T")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +51,52 @@ def _env_path(variable: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _port(text: str) -> int:
+    """A TCP port, as a flag or variable gives it."""
+    port = int(text) if text.strip().isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return port
+
+
+def _positive_seconds(text: str) -> float:
+    """A duration in seconds, more than zero."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _whole_seconds(text: str) -> int:
+    """A duration in whole seconds, at least one."""
+    seconds = int(text) if text.strip().isdigit() else 0
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds >= 1, got {text!r}")
+    return seconds
+
+
+def _true_or_false(text: str) -> bool:
+    """A switch's variable: true, false, or empty for false."""
+    if text not in ("true", "false", ""):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text == "true"
+
+
+def _env(variable: str, default: str, parse: Callable[[str], T]) -> T:
+    """The variable read as its flag reads its value; a malformed one exits 2 naming it.
+
+    Checked while the grammar is built, so any command reports it, before reading anything else.
+    """
+    try:
+        return parse(os.environ.get(variable, default))
+    except argparse.ArgumentTypeError as error:
+        print(f"egress-proxies: error: ${variable}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tier = commands.add_parser(
         "discovery", help="serve the discovery + lease API alone (any number of replicas)"
@@ -66,8 +115,8 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     tier.add_argument(
         "--lease-store-timeout",
-        type=float,
-        default=float(os.environ.get("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1")),
+        type=_positive_seconds,
+        default=_env("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1", _positive_seconds),
         help="seconds a Redis call may take before the API answers 503 (default 1)",
     )
     tier.add_argument(
@@ -78,8 +127,8 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     tier.add_argument(
         "--port",
-        type=int,
-        default=int(os.environ.get("EGRESS_PROXIES_DISCOVERY_PORT", "8090")),
+        type=_port,
+        default=_env("EGRESS_PROXIES_DISCOVERY_PORT", "8090", _port),
         help="the API's port (default 8090)",
     )
     tier.add_argument(
@@ -96,13 +145,13 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     tier.add_argument(
         "--allow-no-auth",
         action="store_true",
-        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH") == "true",
+        default=_env("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH", "false", _true_or_false),
         help="serve without authentication (logged loudly)",
     )
     tier.add_argument(
         "--lease-max-ttl",
-        type=int,
-        default=int(os.environ.get("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600")),
+        type=_whole_seconds,
+        default=_env("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600", _whole_seconds),
         help="the longest lease a crawler may ask for, in seconds (default 3600; "
         "the same on every replica and the operator)",
     )
