@@ -10,12 +10,15 @@ which beats the default.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from egress_proxies.leases.urls import redact_url
 
 ENV_PREFIX = "EGRESS_PROXIES_"
 
@@ -173,6 +176,11 @@ class RunSettings(BaseSettings):
         "no peering: for a cluster without the kopf.dev peering CRDs, where one operator "
         "is guaranteed to run alone",
     )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # The lease store URL may carry a Redis password.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "lease_store" else value
 
     @field_validator("namespaces", mode="before")
     @classmethod

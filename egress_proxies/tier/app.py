@@ -18,6 +18,7 @@ from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
 from egress_proxies.kube.reflector import Reflector
 from egress_proxies.leases import LeaseLimits, LeaseStore, open_lease_store
 from egress_proxies.leases.opening import MEMORY
+from egress_proxies.leases.urls import redact_url
 from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, GROUP, PLURAL, UID_LABEL, VERSION
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.tier.sinks import ProxySink, SecretSink
@@ -41,6 +42,14 @@ class TierSettings:
     lease_store_prefix: str = "egress-proxies"
     lease_store_timeout: float = 1.0
     limits: LeaseLimits = field(default_factory=LeaseLimits)
+
+    def __repr__(self) -> str:
+        # The lease store URL may carry a Redis password.
+        fields = ", ".join(
+            f"{name}={redact_url(value) if name == 'lease_store' else value!r}"
+            for name, value in vars(self).items()
+        )
+        return f"TierSettings({fields})"
 
 
 class DiscoveryTier:
