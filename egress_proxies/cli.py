@@ -13,11 +13,18 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings
 
 from egress_proxies import crd
-from egress_proxies.operator.settings import RunSettings, flag_of, variables_of
+from egress_proxies.operator.settings import (
+    LeaseLimitSettings,
+    RunSettings,
+    flag_of,
+    variables_of,
+)
 
 T = TypeVar("T")
+Settings = TypeVar("Settings", bound=BaseSettings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,14 +74,6 @@ def _positive_seconds(text: str) -> float:
         seconds = math.nan
     if not 0 < seconds < math.inf:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return seconds
-
-
-def _whole_seconds(text: str) -> int:
-    """A duration in whole seconds, at least one."""
-    seconds = int(text) if text.strip().isdigit() else 0
-    if seconds < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds >= 1, got {text!r}")
     return seconds
 
 
@@ -148,18 +147,15 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
         default=_env("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH", "false", _true_or_false),
         help="serve without authentication (logged loudly)",
     )
-    tier.add_argument(
-        "--lease-max-ttl",
-        type=_whole_seconds,
-        default=_env("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600", _whole_seconds),
-        help="the longest lease a crawler may ask for, in seconds (default 3600; "
-        "the same on every replica and the operator)",
-    )
+    # The operator's lease limits, from the same declaration: one store, one set of cooldowns.
+    add_settings_arguments(tier, LeaseLimitSettings)
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field of `RunSettings`; a flag left out stays out, so the variable applies."""
-    for name, info in RunSettings.model_fields.items():
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, model: type[BaseSettings] = RunSettings
+) -> None:
+    """One flag per field of `model`; a flag left out stays out, so the variable applies."""
+    for name, info in model.model_fields.items():
         variables = " or ".join(f"${variable}" for variable in variables_of(name, info))
         shown = "unset" if info.default in (None, []) else info.default
         text = f"{info.description} ({variables}; default: {shown})".replace("%", "%%")
@@ -173,19 +169,26 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_settings(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> RunSettings:
-    """`flags` over the environment over the defaults; a bad value exits naming its flag."""
-    given = {name: value for name, value in vars(flags).items() if name in RunSettings.model_fields}
+    """`run`'s settings: `flags` over the environment over the defaults."""
+    return read_options(parser, flags, RunSettings)
+
+
+def read_options(
+    parser: argparse.ArgumentParser, flags: argparse.Namespace, model: type[Settings]
+) -> Settings:
+    """`model` from `flags` over the environment over the defaults; a bad value exits naming it."""
+    given = {name: value for name, value in vars(flags).items() if name in model.model_fields}
     try:
-        return RunSettings(**given)
+        return model(**given)
     except ValidationError as error:
-        problems = [_describe(problem) for problem in error.errors()]
+        problems = [_describe(model, problem) for problem in error.errors()]
         parser.error("; ".join(problems))
 
 
-def _describe(problem: ErrorDetails) -> str:
+def _describe(model: type[BaseSettings], problem: ErrorDetails) -> str:
     """One validation problem, naming the flag and the variables it could have come from."""
     where = str(problem["loc"][0]) if problem["loc"] else ""
-    for name, info in RunSettings.model_fields.items():
+    for name, info in model.model_fields.items():
         variables = variables_of(name, info)
         if where in (name, *variables):
             where = f"{flag_of(name, info)} / " + " or ".join(f"${v}" for v in variables)
@@ -272,8 +275,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     if args.command == "discovery":
-        from egress_proxies.leases import LeaseLimits  # noqa: PLC0415
         from egress_proxies.tier.app import TierSettings, run_tier  # noqa: PLC0415
+
+        try:
+            limits = read_options(parser, args, LeaseLimitSettings).lease_limits()
+        except ValueError as error:
+            flags = ", ".join(flag_of(n, i) for n, i in LeaseLimitSettings.model_fields.items())
+            parser.error(f"lease limits ({flags}): {error}")
 
         return run_tier(
             TierSettings(
@@ -285,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port=args.port,
                 tokens_dir=args.tokens_dir,
                 allow_no_auth=args.allow_no_auth,
-                limits=LeaseLimits(max_ttl=args.lease_max_ttl),
+                limits=limits,
             )
         )
     if args.command == "crd":
