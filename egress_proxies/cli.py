@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings
 
 from egress_proxies import crd
-from egress_proxies.operator.settings import RunSettings, flag_of, variables_of
+from egress_proxies.operator.settings import (
+    LeaseLimitSettings,
+    RunSettings,
+    flag_of,
+    variables_of,
+)
+
+T = TypeVar("T")
+Settings = TypeVar("Settings", bound=BaseSettings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +65,44 @@ def _env_path(variable: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _port(text: str) -> int:
+    """A TCP port, as a flag or variable gives it."""
+    port = int(text) if text.strip().isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return port
+
+
+def _positive_seconds(text: str) -> float:
+    """A duration in seconds, more than zero."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _true_or_false(text: str) -> bool:
+    """A switch's variable: true, false, or empty for false."""
+    if text not in ("true", "false", ""):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text == "true"
+
+
+def _env(variable: str, default: str, parse: Callable[[str], T]) -> T:
+    """The variable read as its flag reads its value; a malformed one exits 2 naming it.
+
+    Checked while the grammar is built, so any command reports it, before reading anything else.
+    """
+    try:
+        return parse(os.environ.get(variable, default))
+    except argparse.ArgumentTypeError as error:
+        print(f"egress-proxies: error: ${variable}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tier = commands.add_parser(
         "discovery", help="serve the discovery + lease API alone (any number of replicas)"
@@ -73,8 +121,8 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     tier.add_argument(
         "--lease-store-timeout",
-        type=float,
-        default=float(os.environ.get("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1")),
+        type=_positive_seconds,
+        default=_env("EGRESS_PROXIES_LEASE_STORE_TIMEOUT_SECONDS", "1", _positive_seconds),
         help="seconds a Redis call may take before the API answers 503 (default 1)",
     )
     tier.add_argument(
@@ -85,8 +133,8 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     )
     tier.add_argument(
         "--port",
-        type=int,
-        default=int(os.environ.get("EGRESS_PROXIES_DISCOVERY_PORT", "8090")),
+        type=_port,
+        default=_env("EGRESS_PROXIES_DISCOVERY_PORT", "8090", _port),
         help="the API's port (default 8090)",
     )
     tier.add_argument(
@@ -103,21 +151,18 @@ def _add_discovery_tier(commands: argparse._SubParsersAction[argparse.ArgumentPa
     tier.add_argument(
         "--allow-no-auth",
         action="store_true",
-        default=os.environ.get("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH") == "true",
+        default=_env("EGRESS_PROXIES_DISCOVERY_ALLOW_NO_AUTH", "false", _true_or_false),
         help="serve without authentication (logged loudly)",
     )
-    tier.add_argument(
-        "--lease-max-ttl",
-        type=int,
-        default=int(os.environ.get("EGRESS_PROXIES_LEASE_MAX_TTL_SECONDS", "3600")),
-        help="the longest lease a crawler may ask for, in seconds (default 3600; "
-        "the same on every replica and the operator)",
-    )
+    # The operator's lease limits, from the same declaration: one store, one set of cooldowns.
+    add_settings_arguments(tier, LeaseLimitSettings)
 
 
-def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field of `RunSettings`; a flag left out stays out, so the variable applies."""
-    for name, info in RunSettings.model_fields.items():
+def add_settings_arguments(
+    parser: argparse.ArgumentParser, model: type[BaseSettings] = RunSettings
+) -> None:
+    """One flag per field of `model`; a flag left out stays out, so the variable applies."""
+    for name, info in model.model_fields.items():
         variables = " or ".join(f"${variable}" for variable in variables_of(name, info))
         shown = "unset" if info.default in (None, []) else info.default
         text = f"{info.description} ({variables}; default: {shown})".replace("%", "%%")
@@ -131,19 +176,26 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_settings(parser: argparse.ArgumentParser, flags: argparse.Namespace) -> RunSettings:
-    """`flags` over the environment over the defaults; a bad value exits naming its flag."""
-    given = {name: value for name, value in vars(flags).items() if name in RunSettings.model_fields}
+    """`run`'s settings: `flags` over the environment over the defaults."""
+    return read_options(parser, flags, RunSettings)
+
+
+def read_options(
+    parser: argparse.ArgumentParser, flags: argparse.Namespace, model: type[Settings]
+) -> Settings:
+    """`model` from `flags` over the environment over the defaults; a bad value exits naming it."""
+    given = {name: value for name, value in vars(flags).items() if name in model.model_fields}
     try:
-        return RunSettings(**given)
+        return model(**given)
     except ValidationError as error:
-        problems = [_describe(problem) for problem in error.errors()]
+        problems = [_describe(model, problem) for problem in error.errors()]
         parser.error("; ".join(problems))
 
 
-def _describe(problem: ErrorDetails) -> str:
+def _describe(model: type[BaseSettings], problem: ErrorDetails) -> str:
     """One validation problem, naming the flag and the variables it could have come from."""
     where = str(problem["loc"][0]) if problem["loc"] else ""
-    for name, info in RunSettings.model_fields.items():
+    for name, info in model.model_fields.items():
         variables = variables_of(name, info)
         if where in (name, *variables):
             where = f"{flag_of(name, info)} / " + " or ".join(f"${v}" for v in variables)
@@ -230,8 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     if args.command == "discovery":
-        from egress_proxies.leases import LeaseLimits  # noqa: PLC0415
         from egress_proxies.tier.app import TierSettings, run_tier  # noqa: PLC0415
+
+        try:
+            limits = read_options(parser, args, LeaseLimitSettings).lease_limits()
+        except ValueError as error:
+            flags = ", ".join(flag_of(n, i) for n, i in LeaseLimitSettings.model_fields.items())
+            parser.error(f"lease limits ({flags}): {error}")
 
         return run_tier(
             TierSettings(
@@ -243,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port=args.port,
                 tokens_dir=args.tokens_dir,
                 allow_no_auth=args.allow_no_auth,
-                limits=LeaseLimits(max_ttl=args.lease_max_ttl),
+                limits=limits,
             )
         )
     if args.command == "crd":

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.store import Clock, LeaseStore
+from egress_proxies.leases.urls import redact_url
 
 MEMORY = "memory"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -25,7 +26,7 @@ def open_lease_store(
 ) -> LeaseStore:
     """The store `url` names: memory for None or "memory", Redis for redis://, rediss://, unix://.
 
-    ValueError for any other URL (naming only its scheme: the rest may hold a password).
+    ValueError for any other URL, naming its scheme or, without one, the URL redacted.
     Opening connects to nothing: a Redis store connects on first use.
     """
     limits = limits or LeaseLimits()
@@ -33,9 +34,9 @@ def open_lease_store(
         return MemoryLeaseStore(limits, clock=clock)
     scheme = urlsplit(url).scheme
     if scheme not in REDIS_SCHEMES:
+        named = f"scheme {scheme!r}" if scheme else f"URL {redact_url(url)!r} without a scheme"
         raise ValueError(
-            f"lease store scheme {scheme or url[:12]!r}: expected 'memory' or a "
-            "redis://, rediss:// or unix:// URL"
+            f"lease store {named}: expected 'memory' or a redis://, rediss:// or unix:// URL"
         )
     if timeout <= 0:
         raise ValueError("the lease store timeout must be positive")

@@ -6,8 +6,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***`, fit for logs and reprs."""
+    """The URL with any password replaced by `***`, fit for logs, errors and reprs."""
     parts = urlsplit(url)
+    if "@" in url and "@" not in parts.netloc:
+        # Userinfo outside the netloc (no `//`, or a `/?#` in the password): mask all before it.
+        return "***@" + url.rpartition("@")[2]
     if parts.password is None and "password=" not in parts.query:
         return url
     netloc = parts.netloc

@@ -163,10 +163,10 @@ def default_pulumi_root() -> Path | None:
 LEASE_COUNTS_INTERVAL = 5.0
 
 
-def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> LeaseStore:
-    """The configured lease store; ConfigurationError for impossible limits or URLs."""
+def lease_limits(settings: OperatorSettings) -> LeaseLimits:
+    """The configured lease limits; ConfigurationError for impossible ones."""
     try:
-        limits = LeaseLimits(
+        return LeaseLimits(
             max_ttl=settings.lease_max_ttl,
             cooldown_window=settings.lease_cooldown_window,
             ban_backoff_cap=settings.lease_ban_backoff_cap,
@@ -177,6 +177,11 @@ def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> Le
             "lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap, "
             f"--lease-rate-limit-cooldown): {error}"
         ) from error
+
+
+def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> LeaseStore:
+    """The configured lease store; ConfigurationError for impossible limits or URLs."""
+    limits = lease_limits(settings)
     try:
         return open_lease_store(
             settings.lease_store,

@@ -444,7 +444,10 @@ async def _record(
 async def _remove_instance(
     c: Components, view: machine.ProxyView, instance: InstanceObservation
 ) -> None:
-    """Delete a dead pod (this incarnation only) and wait until its name is free again."""
+    """Delete a dead pod (this incarnation only) and wait until its name is free again.
+
+    After `_POD_GONE_TIMEOUT` it logs a warning and returns; the caller goes on to `up`.
+    """
     c.instances.retire(view.uid, instance.key)
     path = _pod_path(instance.instance_id)
     try:
@@ -465,6 +468,14 @@ async def _remove_instance(
         if pod["metadata"]["uid"] != instance.key:
             return
         await c.clock.sleep(0.5)
+    logger.warning(
+        "%s/%s: pod %s (uid %s) still there after %.0f s; running up anyway",
+        view.namespace,
+        view.name,
+        instance.instance_id,
+        instance.key,
+        _POD_GONE_TIMEOUT,
+    )
 
 
 async def _up(

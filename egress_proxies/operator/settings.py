@@ -5,17 +5,22 @@ the field says otherwise), its environment variables (`EGRESS_PROXIES_` +
 the field name in capitals unless it lists its own), its default and its
 help text. `cli.py` builds the argparse grammar and `--help` from these
 fields; pydantic-settings reads the environment. A flag beats its variable,
-which beats the default.
+which beats the default. `RunSettings` takes its lease limits from
+`LeaseLimitSettings`, which `egress-proxies discovery` reads as well.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.urls import redact_url
 
 ENV_PREFIX = "EGRESS_PROXIES_"
 
@@ -45,12 +50,45 @@ def _seconds(name: str) -> tuple[str, ...]:
     return (f"{ENV_PREFIX}{name}_SECONDS",)
 
 
-class RunSettings(BaseSettings):
-    """The operator's options, read from `EGRESS_PROXIES_*` variables and overridden by flags."""
+class LeaseLimitSettings(BaseSettings):
+    """The lease limits: the same options for `run` and `discovery`, so one store agrees."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, populate_by_name=True, extra="forbid", frozen=True
     )
+
+    lease_max_ttl: int = option(
+        3600, "the longest lease a crawler may ask for, in seconds", env=_seconds("LEASE_MAX_TTL")
+    )
+    lease_cooldown: float = option(
+        300.0,
+        "a ban's first cooldown, in seconds, and the longest a rate limit cools",
+        env=_seconds("LEASE_COOLDOWN"),
+    )
+    lease_rate_limit_cooldown: float = option(
+        30.0,
+        "a rate limit's first cooldown without the site's Retry-After, doubling on repeats "
+        "up to --lease-cooldown",
+        env=_seconds("LEASE_RATE_LIMIT_COOLDOWN"),
+    )
+    lease_ban_backoff_cap: float = option(
+        21600.0,
+        "the longest cooldown after repeated bans, in seconds (21600 = 6 h)",
+        env=_seconds("LEASE_BAN_BACKOFF_CAP"),
+    )
+
+    def lease_limits(self) -> LeaseLimits:
+        """These limits as the stores take them; ValueError when impossible."""
+        return LeaseLimits(
+            max_ttl=self.lease_max_ttl,
+            cooldown_window=self.lease_cooldown,
+            ban_backoff_cap=self.lease_ban_backoff_cap,
+            rate_limit_window=self.lease_rate_limit_cooldown,
+        )
+
+
+class RunSettings(LeaseLimitSettings):
+    """The operator's options, read from `EGRESS_PROXIES_*` variables and overridden by flags."""
 
     kubeconfig: Path | None = option(
         None, "kubeconfig file; unset: the in-cluster service account", env=("KUBECONFIG",)
@@ -86,25 +124,6 @@ class RunSettings(BaseSettings):
     )
     trace_health_probes: bool = option(
         False, "one span per health probe (only when tracing is enabled by OTEL_* variables)"
-    )
-    lease_max_ttl: int = option(
-        3600, "the longest lease a crawler may ask for, in seconds", env=_seconds("LEASE_MAX_TTL")
-    )
-    lease_cooldown: float = option(
-        300.0,
-        "a ban's first cooldown, in seconds, and the longest a rate limit cools",
-        env=_seconds("LEASE_COOLDOWN"),
-    )
-    lease_rate_limit_cooldown: float = option(
-        30.0,
-        "a rate limit's first cooldown without the site's Retry-After, doubling on repeats "
-        "up to --lease-cooldown",
-        env=_seconds("LEASE_RATE_LIMIT_COOLDOWN"),
-    )
-    lease_ban_backoff_cap: float = option(
-        21600.0,
-        "the longest cooldown after repeated bans, in seconds (21600 = 6 h)",
-        env=_seconds("LEASE_BAN_BACKOFF_CAP"),
     )
     lease_store: str = option(
         "memory",
@@ -173,6 +192,11 @@ class RunSettings(BaseSettings):
         "no peering: for a cluster without the kopf.dev peering CRDs, where one operator "
         "is guaranteed to run alone",
     )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # The lease store URL may carry a Redis password.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "lease_store" else value
 
     @field_validator("namespaces", mode="before")
     @classmethod

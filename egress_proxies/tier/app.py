@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +14,11 @@ from pathlib import Path
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
 from egress_proxies.kube.reflector import Reflector
 from egress_proxies.leases import LeaseLimits, LeaseStore, open_lease_store
 from egress_proxies.leases.opening import MEMORY
+from egress_proxies.leases.urls import redact_url
 from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, GROUP, PLURAL, UID_LABEL, VERSION
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.tier.sinks import ProxySink, SecretSink
@@ -26,10 +27,6 @@ logger = logging.getLogger(__name__)
 
 PROXIES_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 SECRETS_PATH = "/api/v1/secrets"
-
-
-class TierConfigurationError(ValueError, EgressProxiesError):
-    """The discovery tier cannot start with the settings it was given."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +42,14 @@ class TierSettings:
     lease_store_prefix: str = "egress-proxies"
     lease_store_timeout: float = 1.0
     limits: LeaseLimits = field(default_factory=LeaseLimits)
+
+    def __repr__(self) -> str:
+        # The lease store URL may carry a Redis password.
+        fields = ", ".join(
+            f"{name}={redact_url(value) if name == 'lease_store' else value!r}"
+            for name, value in vars(self).items()
+        )
+        return f"TierSettings({fields})"
 
 
 class DiscoveryTier:
@@ -93,8 +98,12 @@ class DiscoveryTier:
 
 
 def run_tier(settings: TierSettings) -> int:
-    """Run the discovery tier until SIGINT or SIGTERM; the process exit code."""
-    setup_logging(os.environ)
+    """Run the discovery tier until SIGINT or SIGTERM; the process exit code (2: bad settings)."""
+    try:
+        setup_logging(os.environ)
+    except ValueError as error:
+        print(f"egress-proxies: {error}", file=sys.stderr)
+        return 2
     try:
         store = open_lease_store(
             settings.lease_store,
@@ -103,7 +112,13 @@ def run_tier(settings: TierSettings) -> int:
             limits=settings.limits,
         )
     except ValueError as error:
-        raise TierConfigurationError(str(error)) from error
+        logger.error("cannot start: --lease-store: %s", error)
+        return 2
+    try:
+        credentials = Credentials.load(settings.kubeconfig)
+    except KubeConfigError as error:
+        logger.error("cannot start: %s", error)
+        return 2
     if settings.lease_store == MEMORY:
         logger.warning(
             "--lease-store memory: this replica's leases are its own; replicas will hand "
@@ -115,7 +130,7 @@ def run_tier(settings: TierSettings) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with KubeClient(Credentials.load(settings.kubeconfig)) as client:
+        async with KubeClient(credentials) as client:
             try:
                 await DiscoveryTier(settings, client, store).serve(stop)
             finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -35,10 +36,17 @@ from egress_proxies.model import (
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.backoff import RetryPolicy
 from egress_proxies.operator.credentials import credentials_secret_name
-from egress_proxies.operator.handlers import Components, delete_proxy, reconcile_proxy
+from egress_proxies.operator.handlers import (
+    Components,
+    _remove_instance,
+    delete_proxy,
+    reconcile_proxy,
+)
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.ports import JsonObject
 from egress_proxies.operator.requeue import Requeue
+from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.providers.pods import pod_instance_id
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import classify
@@ -335,3 +343,29 @@ async def test_a_stale_body_does_not_undo_what_the_operator_wrote(shell: Shell) 
     assert shell.stacks.calls == []
     assert shell.status.statuses["p1"].credentials_secret == written.credentials_secret
     assert shell.status.statuses["p1"].stack == written.stack
+
+
+async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
+    shell: Shell, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The DELETE is accepted but the pod keeps its UID (a stuck kubelet, a finalizer)."""
+    shell.api.objects["/api/v1/namespaces/crawl/pods/proxy-uid-1"] = {
+        "metadata": {"namespace": "crawl", "name": "proxy-uid-1", "uid": "pod-1"}
+    }
+    dead = InstanceObservation(
+        "pod-1", pod_instance_id("crawl", "proxy-uid-1"), InstanceHealth.DEAD
+    )
+    view = machine.ProxyView(
+        "crawl", "p1", "uid-1", 1, ProxySpec.model_validate(GCE), ProxyStatus()
+    )
+
+    with caplog.at_level(logging.WARNING, logger="egress_proxies.operator.handlers"):
+        removing = asyncio.create_task(_remove_instance(shell.components, view, dead))
+        while not removing.done() and shell.clock.monotonic() < 120:
+            await asyncio.sleep(0)
+            shell.clock.advance(0.5)
+        await removing
+
+    assert 30 <= shell.clock.monotonic() < 31, "it gave up after the 30 s wait"
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "crawl/p1" in warning and "pods/crawl/proxy-uid-1" in warning

@@ -12,13 +12,21 @@ from egress_proxies.leases import (
     DEFAULT_COOLDOWN_WINDOW,
     DEFAULT_MAX_TTL,
     Lease,
+    LeaseLimits,
     LeaseStore,
     NoMatch,
     ReportResult,
 )
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.operator import app
-from egress_proxies.operator.app import ConfigurationError, OperatorSettings, lease_store
+from egress_proxies.operator.app import (
+    ConfigurationError,
+    OperatorSettings,
+    lease_limits,
+    lease_store,
+)
+from egress_proxies.tier import app as tier_app
+from egress_proxies.tier.app import TierSettings
 from tests.integration.discovery_helpers import VirtualClock, record
 
 
@@ -34,6 +42,26 @@ def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSetting
     assert cli.main(["run", *flags]) == 0
     [settings] = seen
     return settings
+
+
+def tier_limits_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> LeaseLimits:
+    """The limits `egress-proxies discovery` would start the tier with."""
+    seen: list[TierSettings] = []
+
+    def capture(settings: TierSettings) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr(tier_app, "run_tier", capture)
+    assert cli.main(["discovery", "--lease-store", "memory", *flags]) == 0
+    [settings] = seen
+    return settings.limits
+
+
+@pytest.fixture
+def no_limit_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MAX_TTL", "COOLDOWN", "RATE_LIMIT_COOLDOWN", "BAN_BACKOFF_CAP"):
+        monkeypatch.delenv(f"EGRESS_PROXIES_LEASE_{name}_SECONDS", raising=False)
 
 
 async def cools_for(store: LeaseStore, clock: VirtualClock, result: ReportResult) -> float:
@@ -99,3 +127,51 @@ def test_impossible_limits_refuse_to_start(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigurationError, match="--lease-ban-backoff-cap"):
         lease_store(settings)
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--lease-cooldown=60"],
+        ["--lease-max-ttl=600", "--lease-rate-limit-cooldown=10", "--lease-ban-backoff-cap=900"],
+    ],
+)
+def test_the_discovery_tier_takes_the_operator_s_limits(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """Tier replicas and the operator on one Redis apply the same cooldowns."""
+    operator = lease_limits(settings_of(monkeypatch, *flags))
+    assert tier_limits_of(monkeypatch, *flags) == operator
+    if not flags:
+        assert operator == LeaseLimits()
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+def test_the_discovery_tier_reads_the_operator_s_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS", "45")
+    assert tier_limits_of(monkeypatch) == lease_limits(settings_of(monkeypatch))
+    assert tier_limits_of(monkeypatch).cooldown_window == 45
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--lease-cooldown=soon"], "--lease-cooldown / $EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS"),
+        (["--lease-cooldown=600", "--lease-ban-backoff-cap=60"], "cap must be at least"),
+    ],
+)
+def test_impossible_tier_limits_exit_2_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    named: str,
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        tier_limits_of(monkeypatch, *flags)
+    assert exited.value.code == 2
+    assert named in capsys.readouterr().err
