@@ -247,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kubeconfig=settings.kubeconfig,
                 namespaces=tuple(settings.namespaces),
                 concurrency=settings.concurrency,
+                squid_image=settings.squid_image,
                 stack_worker_idle=settings.stack_worker_idle,
                 stack_worker_operations=settings.stack_worker_operations,
                 passphrase=passphrase_from_env(),

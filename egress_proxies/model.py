@@ -28,6 +28,7 @@ FINALIZER = f"{GROUP}/finalizer"
 # On everything a sharded operator creates (pods, ConfigMaps, Secrets): the shard's name.
 SHARD_LABEL = f"{GROUP}/shard"
 
+# The squid image of a kubernetes Proxy that names none (the operator's --squid-image default).
 DEFAULT_SQUID_IMAGE = "ubuntu/squid:6.10-24.10_beta"
 # The `proxy` user of the Ubuntu and Debian squid images.
 SQUID_IMAGE_UID = 13
@@ -109,10 +110,11 @@ class KubernetesSpec(_Model):
     The pod runs as `runAsUser`/`runAsGroup` (the squid image's `proxy` user,
     13/13 on Ubuntu and Debian images; set them for an image whose squid
     user differs), never as root. `resources` replaces the default
-    requests and limits whole.
+    requests and limits whole. `image` unset: the operator's `--squid-image`
+    (default `ubuntu/squid:6.10-24.10_beta`).
     """
 
-    image: Annotated[str, Field(min_length=1, max_length=512)] = DEFAULT_SQUID_IMAGE
+    image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
     resources: dict[str, dict[str, str]] | None = None
     run_as_user: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
     run_as_group: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
@@ -258,3 +260,12 @@ def compute_phase(status: ProxyStatus, *, deleting: bool) -> Phase:
     if healthy is None or healthy.status == ConditionStatus.UNKNOWN:
         return Phase.PROVISIONED
     return Phase.READY if healthy.status == ConditionStatus.TRUE else Phase.UNHEALTHY
+
+
+def with_squid_image(spec: ProxySpec, image: str) -> ProxySpec:
+    """The spec with `kubernetes.image` filled in from the operator's default when unset."""
+    if spec.kubernetes is None or spec.kubernetes.image is not None:
+        return spec
+    return spec.model_copy(
+        update={"kubernetes": spec.kubernetes.model_copy(update={"image": image})}
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 from egress_proxies import toolchain
 from egress_proxies.devcluster.controlplane import free_port
+from egress_proxies.devcluster.node import image_ref
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION
@@ -135,6 +136,8 @@ def new_operator(
         "EGRESS_PROXIES_DISCOVERY_PORT": str(port),
         "EGRESS_PROXIES_DISCOVERY_TOKENS_DIR": str(tokens),
         "EGRESS_PROXIES_METRICS_PORT": str(metrics_port),
+        # Nothing is pulled here: the dev cluster's squid image, built locally.
+        "EGRESS_PROXIES_SQUID_IMAGE": image_ref("squid"),
         **(extra_env or {}),
     }
     return OperatorProcess(
@@ -147,6 +150,16 @@ def new_operator(
         discovery_token=token,
         metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
     )
+
+
+# A spec change that shapes a kubernetes Proxy's pod (so replaces it) and that
+# any node can run: other resources, the same image.
+RESHAPED = {
+    "resources": {
+        "requests": {"cpu": "60m", "memory": "64Mi"},
+        "limits": {"cpu": "1", "memory": "256Mi"},
+    }
+}
 
 
 def proxy_path(namespace: str, name: str = "") -> str:

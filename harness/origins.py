@@ -15,6 +15,18 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from egress_proxies.devcluster.pki import issue_certificate
 
 ORIGIN_BODY = "hello from the origin"
+# Where origins listen unless told: an address the dev cluster's pods reach.
+_ORIGIN_HOST = ["127.0.0.1"]
+
+
+def use_origin_host(host: str) -> None:
+    """Make `host` the default address of origins (the dev cluster's `host_address`)."""
+    _ORIGIN_HOST[0] = host
+
+
+def origin_host() -> str:
+    """The address origins listen on by default."""
+    return _ORIGIN_HOST[0]
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,14 @@ def _tls_contexts(directory: Path, host: str) -> tuple[ssl.SSLContext, ssl.SSLCo
 
 @asynccontextmanager
 async def serve_origin(
-    tls_dir: Path | None = None, host: str = "127.0.0.1"
+    tls_dir: Path | None = None, host: str | None = None
 ) -> AsyncIterator[Origin]:
     """Serve ORIGIN_BODY on `host` (HTTPS when `tls_dir` is given) until exit.
 
     On a real node, pods reach the host at the cluster's `host_address`, not
     at 127.0.0.1: pass that as `host` for an origin that proxies fetch from.
     """
+    host = host or origin_host()
     hits: list[int] = [0]
     peers: list[str] = []
     app = web.Application()

@@ -15,6 +15,7 @@ import pytest
 from egress_proxies import toolchain
 from egress_proxies.devcluster import ApiError, KubeClient
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
+from harness.origins import use_origin_host
 from harness.redis import RedisServer
 
 __all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
@@ -78,10 +79,12 @@ def _serves_a_connection(task: asyncio.Task[object]) -> bool:
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """One dev cluster for the whole run, supervised by a child that dies with pytest."""
     state = tmp_path_factory.mktemp("dev-cluster")
+    node = os.environ.get("EGRESS_PROXIES_TEST_NODE", "loopback")
     try:
-        supervisor, handle = start_supervised_cluster(state, state / "test-pids")
+        supervisor, handle = start_supervised_cluster(state, state / "test-pids", node=node)
     except RuntimeError as error:
         pytest.fail(str(error))
+    use_origin_host(handle.host_address)
     try:
         yield handle
     finally:

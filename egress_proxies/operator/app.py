@@ -46,7 +46,7 @@ from egress_proxies.leases import (
     redact_url,
 )
 from egress_proxies.leases import Clock as TimeSource
-from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, PLURAL, VERSION, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
     REQUEUE_ANNOTATION,
@@ -101,6 +101,7 @@ class OperatorSettings:
     kubeconfig: Path | None = None
     namespaces: Sequence[str] = field(default_factory=tuple)
     concurrency: int = 4
+    squid_image: str = DEFAULT_SQUID_IMAGE
     stack_worker_idle: float = 30.0  # 0: pulumi operations in the operator's own threads
     stack_worker_operations: int = 200
     passphrase: str | None = None
@@ -340,6 +341,7 @@ class Operator:
             clock=self.clock,
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
             shard=shard,
+            squid_image=settings.squid_image,
         )
         register_login(self.registry, self.credentials)
         register(self.registry, self.components)

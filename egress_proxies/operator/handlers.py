@@ -24,6 +24,7 @@ from egress_proxies.kube import ApiError
 from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
+    DEFAULT_SQUID_IMAGE,
     EXTERNAL_CREDENTIALS_LABEL,
     FINALIZER,
     GROUP,
@@ -35,6 +36,7 @@ from egress_proxies.model import (
     ProviderName,
     ProxySpec,
     ProxyStatus,
+    with_squid_image,
 )
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.backoff import RetryPolicy
@@ -104,6 +106,7 @@ class Components:
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
     post_event: PostEvent = post_kopf_event
+    squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
 
 
 def now(clock: Clock) -> str:
@@ -496,7 +499,7 @@ async def _up(
         name=view.name,
         uid=view.uid,
         instance_name=instance_name(view.uid),
-        spec=view.spec,
+        spec=with_squid_image(view.spec, c.squid_image),
         credentials=await ensure_credentials(
             c.client, body, secret, c.shard.labels if c.shard else None
         ),

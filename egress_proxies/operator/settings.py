@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.urls import redact_url
+from egress_proxies.model import DEFAULT_SQUID_IMAGE
 
 ENV_PREFIX = "EGRESS_PROXIES_"
 
@@ -100,6 +101,11 @@ class RunSettings(LeaseLimitSettings):
         flag="--namespace",
     )
     concurrency: int = option(4, "pulumi operations at once", ge=1)
+    squid_image: str = option(
+        DEFAULT_SQUID_IMAGE,
+        "the squid image of a kubernetes Proxy whose spec.kubernetes.image is unset",
+        min_length=1,
+    )
     stack_worker_idle: float = option(
         30.0,
         "seconds a stack worker process lives without an operation before it exits and "

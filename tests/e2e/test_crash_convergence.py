@@ -10,6 +10,7 @@ import pytest
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import UID_LABEL
+from harness.operator import RESHAPED
 from tests.conftest import wait_for
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path
 
@@ -55,7 +56,7 @@ async def test_random_kills_converge_to_one_pod_per_proxy(
         for name in REPLACED:
             await kube.patch(
                 proxy_path(namespace, name),
-                {"spec": {"kubernetes": {"image": "ubuntu/squid:6.13-25.04_edge"}}},
+                {"spec": {"kubernetes": RESHAPED}},
             )
         await asyncio.sleep(10)
         for name in DELETED:

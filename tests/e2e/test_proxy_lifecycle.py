@@ -11,6 +11,7 @@ import aiohttp
 from egress_proxies import toolchain
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import CLOUD_INIT_LABEL, SPEC_HASH_ANNOTATION
+from harness.operator import RESHAPED
 from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
@@ -83,7 +84,7 @@ async def test_apply_edit_rotate_and_delete(
     # A spec change that shapes the instance replaces the pod.
     await kube.patch(
         proxy_path(namespace, "p1"),
-        {"spec": {"kubernetes": {"image": "ubuntu/squid:6.13-25.04_edge"}}},
+        {"spec": {"kubernetes": RESHAPED}},
     )
 
     async def replaced_once() -> list[PodRow] | None:
