@@ -85,3 +85,30 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def container_pid(container_id: str) -> int:
+    """The host pid of a container's first process, from its status `containerID`.
+
+    `loopback://<pid>` names it; a real runtime's id (`containerd://<id>`) is
+    found in the cgroup paths of the host's processes: the container's first
+    process is the one whose parent is outside the container.
+    """
+    runtime, _, ident = container_id.partition("://")
+    if runtime == "loopback":
+        return int(ident)
+    members: set[int] = set()
+    for cgroup in Path("/proc").glob("[0-9]*/cgroup"):
+        try:
+            if ident in cgroup.read_text():
+                members.add(int(cgroup.parent.name))
+        except OSError:
+            continue
+    for pid in sorted(members):
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent not in members:
+            return pid
+    raise LookupError(f"no process of container {container_id} on this machine")

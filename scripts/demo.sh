@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the product end to end on the local dev cluster.
-#   1. dev cluster (etcd + kube-apiserver + controller manager + loopback kubelet)
+#   1. dev cluster (etcd, kube-apiserver, controller manager, scheduler and a real
+#      node: kubelet + containerd + runc)
 #   2. the operator, in the background, with its Pulumi state under $state/operator
 #   3. two sample Proxies from examples/: one managed (a Squid pod through its own
 #      Pulumi stack) and one External (the plain Squid pod of deploy/dev/)
@@ -15,22 +16,26 @@ step() { printf '\n==> %s\n' "$*"; }
 fail() { printf '\nERROR: %s\n' "$*" >&2; exit 1; }
 
 step "Starting the dev cluster in $state"
-$py -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach
+$py -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach --node real
 export KUBECONFIG="$state/kubeconfig"
+# Where pods reach this machine, and the squid image built by `make tools`.
+host=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["host_address"])' "$state/ready")
+squid_image=$(cat "$(bash tools/images.sh --dir)/squid.ref")
 until kubectl get serviceaccount default -n default >/dev/null 2>&1; do sleep 0.2; done
 
 step "Starting a plain Squid pod to serve as the External proxy"
-kubectl apply -f deploy/dev/squid-demo.yaml >/dev/null 2>&1 || true
+demo_squid=$(sed "s#SQUID_IMAGE#$squid_image#" deploy/dev/squid-demo.yaml)
+kubectl apply -f - <<<"$demo_squid" >/dev/null 2>&1 || true
 until kubectl get serviceaccount default -n demo >/dev/null 2>&1; do sleep 0.2; done
-kubectl apply -f deploy/dev/squid-demo.yaml
+kubectl apply -f - <<<"$demo_squid"
 kubectl wait -n demo --for=condition=Ready pod/squid-demo --timeout=60s
 external_host=$(kubectl get pod -n demo squid-demo -o jsonpath='{.status.podIP}')
 
-step "Serving a local page for the health checks and the crawler (127.0.0.1:18080)"
+step "Serving a local page for the health checks and the crawler ($host:18080)"
 mkdir -p "$state/origin"
 echo "hello through an egress proxy" >"$state/origin/index.html"
-if ! curl -s -o /dev/null http://127.0.0.1:18080/; then
-  nohup "$py" -m http.server 18080 --bind 127.0.0.1 --directory "$state/origin" \
+if ! curl -s -o /dev/null "http://$host:18080/"; then
+  nohup "$py" -m http.server 18080 --bind "$host" --directory "$state/origin" \
     >"$state/origin.log" 2>&1 &
   echo $! >"$state/origin.pid"
 fi
@@ -47,14 +52,14 @@ if [ -f "$state/operator.pid" ] && kill -0 "$(cat "$state/operator.pid")" 2>/dev
   echo "already running (pid $(cat "$state/operator.pid"))"
 else
   EGRESS_PROXIES_PASSPHRASE_FILE="$passphrase_file" EGRESS_PROXIES_STATE_DIR="$state/operator" \
-    EGRESS_PROXIES_DISCOVERY_HOST=127.0.0.1 \
+    EGRESS_PROXIES_DISCOVERY_HOST=127.0.0.1 EGRESS_PROXIES_SQUID_IMAGE="$squid_image" \
     EGRESS_PROXIES_DISCOVERY_TOKENS_DIR="$state/discovery-tokens" \
     nohup "$py" -m egress_proxies.cli run >"$state/operator.log" 2>&1 &
   echo $! >"$state/operator.pid"
 fi
 
 step "Applying the sample Proxies (examples/), health-checked against the local page"
-local_check='s#https://www.gstatic.com/generate_204#http://127.0.0.1:18080/#; s/expectedStatus: 204/expectedStatus: 200/'
+local_check="s#https://www.gstatic.com/generate_204#http://$host:18080/#; s/expectedStatus: 204/expectedStatus: 200/"
 sed "$local_check" examples/managed-proxy.yaml | kubectl apply -n demo -f -
 sed "$local_check; s/EXTERNAL_HOST/$external_host/" examples/external-proxy.yaml |
   kubectl apply -n demo -f -
@@ -74,7 +79,7 @@ step "A crawler leases the managed proxy in region eu and fetches the page throu
 for attempt in $(seq 1 60); do
   lease=$(curl -sS -w '\n%{http_code}' -H "Authorization: Bearer $token" \
     -H 'Content-Type: application/json' \
-    -d '{"selector": {"region": "eu"}, "ttlSeconds": 60, "target": "127.0.0.1"}' \
+    -d "{\"selector\": {\"region\": \"eu\"}, \"ttlSeconds\": 60, \"target\": \"$host\"}" \
     http://127.0.0.1:8090/v1/leases)
   code=${lease##*$'\n'}
   lease=${lease%$'\n'*}
@@ -85,7 +90,7 @@ done
 echo "$lease" | "$py" -m json.tool | sed 's/"password": ".*"/"password": "<redacted>"/; s#//crawler:[^@]*@#//crawler:<redacted>@#'
 proxy_url=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["proxy"]["urlWithCredentials"])')
 lease_id=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["leaseId"])')
-curl -sS --proxy "$proxy_url" http://127.0.0.1:18080/index.html
+curl -sS --proxy "$proxy_url" "http://$host:18080/index.html"
 curl -sS -o /dev/null -w 'release: HTTP %{http_code}\n' -X DELETE \
   -H "Authorization: Bearer $token" "http://127.0.0.1:8090/v1/leases/$lease_id"
 

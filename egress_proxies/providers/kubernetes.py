@@ -53,7 +53,11 @@ class KubernetesInventory:
         return ProviderName.KUBERNETES
 
     async def list_tagged(self) -> InventoryListing:
-        """Every labelled pod, ConfigMap and Secret; any failed list fails the whole listing."""
+        """Every labelled pod, ConfigMap and Secret; any failed list fails the whole listing.
+
+        An object already being deleted (a pod in its grace period) is left
+        out: it is on its way, and deleting it again would only be logged twice.
+        """
         instances: list[TaggedInstance] = []
         for kind in KINDS:
             for path in self._collection_paths(kind):
@@ -61,7 +65,11 @@ class KubernetesInventory:
                     listing = await self._client.list(path, label_selector=self._selector)
                 except (ApiError, OSError) as error:
                     raise InventoryError(f"listing {kind} failed: {error}") from error
-                instances += [_tagged(kind, item) for item in listing.get("items", [])]
+                instances += [
+                    _tagged(kind, item)
+                    for item in listing.get("items", [])
+                    if not item["metadata"].get("deletionTimestamp")
+                ]
         return InventoryListing(ProviderName.KUBERNETES, tuple(instances))
 
     async def delete(self, instance_id: InstanceId) -> None:

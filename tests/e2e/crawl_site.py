@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from harness.origins import origin_host
+
 PAGES = 200
 RATE = 10
 BAN_AFTER = 3
@@ -78,14 +80,15 @@ class Site:
 
 @asynccontextmanager
 async def serve_site() -> AsyncIterator[Site]:
-    """Serve the site on 127.0.0.1 until exit."""
+    """Serve the site where the dev cluster's pods reach this machine, until exit."""
     site = Site()
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    site.url = f"http://127.0.0.1:{runner.addresses[0][1]}/page/0"
+    host = origin_host()
+    await web.TCPSite(runner, host, 0).start()
+    site.url = f"http://{host}:{runner.addresses[0][1]}/page/0"
     try:
         yield site
     finally:

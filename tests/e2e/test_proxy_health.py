@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timedelta
 
 from egress_proxies.kube import JsonObject, KubeClient
+from harness.cluster import container_pid
 from harness.origins import serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
 
@@ -19,8 +20,7 @@ QUIET_SECONDS = 120
 async def squid_pid(kube: KubeClient, namespace: str) -> int:
     pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
     [pod] = pods["items"]
-    container_id: str = pod["status"]["containerStatuses"][0]["containerID"]
-    return int(container_id.removeprefix("loopback://"))
+    return container_pid(pod["status"]["containerStatuses"][0]["containerID"])
 
 
 async def writes_during(

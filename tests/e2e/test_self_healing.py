@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.kube import ApiError, KubeClient
+from harness.cluster import container_pid
 from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
@@ -101,9 +102,7 @@ async def test_a_killed_squid_and_a_deleted_pod_are_replaced_without_the_gc(
         body = await wait_for_condition(kube, namespace, name, "Provisioned", "True")
         before[name] = await pod_of(kube, body)
 
-    squid_pid = int(
-        before["killed"]["status"]["containerStatuses"][0]["containerID"].split("://")[1]
-    )
+    squid_pid = container_pid(before["killed"]["status"]["containerStatuses"][0]["containerID"])
     os.kill(squid_pid, signal.SIGKILL)
     meta = before["deleted"]["metadata"]
     await kube.delete(f"/api/v1/namespaces/{namespace}/pods/{meta['name']}")

@@ -312,7 +312,12 @@ async def test_a_proxy_moves_between_shards_without_a_new_instance(
     # The new owner's delete handler destroys what the old owner created.
     await kube.delete(proxy_path(ns, "pa"))
     await wait_gone(kube, proxy_path(ns, "pa"))
-    assert await pods_of(kube, ns, uid) == []
+
+    # The pod was deleted with the stack; on a real node it ends after squid's shutdown.
+    async def pod_gone() -> bool:
+        return await pods_of(kube, ns, uid) == []
+
+    await wait_for(pod_gone, timeout=60)
     assert stack_ls(shards["b"], tmp_path) == [f"{ns}.pb"]
     for name in ("pb", "nobodys"):
         await kube.delete(proxy_path(ns, name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,15 @@ from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
 from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES
 from egress_proxies.stacks.programs.squid_pod import pod_spec as squid_pod_program_spec
 from harness.origins import ORIGIN_BODY, serve_origin
-from tests.conftest import wait_for
+from tests.conftest import ClusterHandle, supervised_cluster, wait_for
+
+
+@pytest.fixture(scope="module")
+def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """This module tests the loopback kubelet itself: a cluster of its own on it."""
+    with supervised_cluster(tmp_path_factory, "loopback") as handle:
+        yield handle
+
 
 CREDENTIALS = ProxyCredentials(username="crawler", password="a-long-random-password-1234")
 OPEN_SQUID_CONF = """\

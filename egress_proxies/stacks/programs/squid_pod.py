@@ -13,7 +13,10 @@ non-root user with no capabilities and a read-only root filesystem; its pid
 file, logs and spool live in emptyDirs, and `fsGroup` makes the 0440
 passwd file readable. `up` does not wait for the pod to become ready
 (`pulumi.com/skipAwait`): the operator watches its pods, so a pod that can
-never start costs a stack operation seconds, not a five-minute await.
+never start costs a stack operation seconds, not pulumi-kubernetes'
+ten-minute Pod await. Readiness and liveness probes on squid's port: the
+kubelet marks the pod Ready (the operator's "instance ready") and kills a
+squid that stops accepting.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import pulumi
 
-from egress_proxies.model import SHARD_LABEL, UID_LABEL
+from egress_proxies.model import DEFAULT_SQUID_IMAGE, SHARD_LABEL, UID_LABEL
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.core_objects import CoreObject
@@ -41,15 +44,20 @@ DEFAULT_RESOURCES = {
     "limits": {"cpu": "1", "memory": "256Mi"},
 }
 _SCRATCH_LIMIT = "64Mi"
+# How long squid lets open connections finish after SIGTERM (its default, 30 s,
+# would hold a deleted pod, its CPU request and its address for half a minute).
+SHUTDOWN_SECONDS = 2
 # squid.conf lines for a container: process files in the emptyDirs, logs to
 # the container's stdout and stderr (so `kubectl logs` and the termination
-# message show them), and no pinger (it needs raw sockets, which are dropped).
+# message show them), no pinger (it needs raw sockets, which are dropped), and
+# a short shutdown.
 CONTAINER_DIRECTIVES = f"""\
 pid_filename {RUN_DIR}/squid.pid
 cache_log /dev/stderr
 access_log stdio:/dev/stdout
 coredump_dir {SPOOL_DIR}
 pinger_enable off
+shutdown_lifetime {SHUTDOWN_SECONDS} seconds
 """
 
 
@@ -118,12 +126,21 @@ def pod_spec(inputs: ProgramInputs, auth_name: Any, config_name: Any) -> dict[st
         env.append({"name": "CLOUD_INIT_SHA256", "value": digest})
     container: dict[str, Any] = {
         "name": "squid",
-        "image": kubernetes.image,
+        # The operator fills an unset image from its --squid-image before `up`.
+        "image": kubernetes.image or DEFAULT_SQUID_IMAGE,
         # The image's entrypoint prepares directories as root; squid needs none of that here.
         "command": [SQUID_BINARY],
         "args": ["-f", CONFIG_MOUNT, "-NYC"],
         "ports": [{"name": "proxy", "containerPort": inputs.port}],
         "readinessProbe": {"tcpSocket": {"port": inputs.port}, "periodSeconds": 5},
+        # A squid that stops accepting is killed by the kubelet; with restartPolicy
+        # Never the pod fails and the operator replaces it.
+        "livenessProbe": {
+            "tcpSocket": {"port": inputs.port},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": env,
         "resources": kubernetes.resources or DEFAULT_RESOURCES,
