@@ -33,7 +33,7 @@ from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES
 from egress_proxies.stacks.programs.squid_pod import pod_spec as program_pod_spec
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
 from harness.origins import serve_origin
-from tests.conftest import create_namespace
+from tests.conftest import create_namespace, supervised_cluster
 
 CREDENTIALS = ProxyCredentials(username="crawler", password="a-long-random-password-1234")
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
@@ -41,20 +41,9 @@ RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 @pytest.fixture(scope="module")
 def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    """A dev cluster with a real node, for this module."""
-    state = tmp_path_factory.mktemp("real-node")
-    try:
-        supervisor, handle = start_supervised_cluster(state, state / "test-pids", node="real")
-    except RuntimeError as error:
-        pytest.fail(str(error))
-    try:
+    """A dev cluster with a real node, for this module (whatever the session's node)."""
+    with supervised_cluster(tmp_path_factory, "real") as handle:
         yield handle
-    finally:
-        os.kill(supervisor.process.pid, signal.SIGTERM)
-        try:
-            supervisor.process.wait(timeout=60)
-        finally:
-            supervisor.stop()
 
 
 @pytest.fixture
