@@ -7,6 +7,12 @@ stacks, only parse JSON files. Layout (pulumi's DIY backend, project-scoped):
     .pulumi/stacks/<project>/<stack>.json            the checkpoint
     .pulumi/locks/organization/<project>/<stack>/*.json   {"pid", "hostname", ...}
     .pulumi/history/<project>/<stack>/*                update history
+
+Beside every file the CLI's blob library (gocloud fileblob) writes a
+`<file>.attrs` sidecar, and writes it in place, not by rename: a CLI killed
+in that instant leaves an empty sidecar, and every later command on the
+stack then fails with `failed to load checkpoint: EOF`. A missing sidecar is
+fine to the library, so `repair` deletes damaged ones before each operation.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ class FileBackend:
                 continue
             if owner.get("hostname") == hostname and not _pid_alive(int(owner.get("pid", 0))):
                 lock.unlink(missing_ok=True)
+                _sidecar(lock).unlink(missing_ok=True)
                 cleared.append(lock.parent.name)
                 logger.warning(
                     "cleared the stale lock of stack %s (pid %s is gone)",
@@ -117,6 +124,27 @@ class FileBackend:
                     owner.get("pid"),
                 )
         return cleared
+
+    def repair(self, stack: str) -> list[Path]:
+        """Delete the stack's damaged sidecars, and its temp files unless a CLI holds its lock.
+
+        Returns what was deleted. Call it after `clear_stale_locks`: a live
+        operation's lock keeps its temp files (its checkpoint being written).
+        """
+        checkpoint = self._stack_file(stack)
+        candidates = [*checkpoint.parent.glob(f"{checkpoint.name}*.attrs")]
+        lock_dir = self._lock_dir(stack)
+        if lock_dir.is_dir():
+            candidates += [
+                path for path in lock_dir.glob("*.attrs") if not path.with_suffix("").exists()
+            ]
+        removed = [path for path in candidates if _damaged_or_orphaned(path)]
+        if not self.locked(stack):
+            removed += checkpoint.parent.glob(f"{checkpoint.name}.*.tmp")
+        for path in removed:
+            path.unlink(missing_ok=True)
+            logger.warning("deleted %s, left by a pulumi process that was killed", path.name)
+        return removed
 
     def locked(self, stack: str) -> bool:
         """True while any lock file exists for the stack."""
@@ -132,6 +160,21 @@ class FileBackend:
         for path in files[: max(0, len(files) - keep * 2)]:  # a .history.json + a .checkpoint.json
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(f"{path.name}.attrs")
+
+
+def _damaged_or_orphaned(sidecar: Path) -> bool:
+    """True for a sidecar that does not parse, or whose file is gone (a stale lock's)."""
+    if not sidecar.with_suffix("").exists():
+        return True
+    try:
+        json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def _is_secret(value: object) -> bool:

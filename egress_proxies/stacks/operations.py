@@ -87,6 +87,7 @@ class StackOperations:
         """Create or update the stack with `program`; its outputs (secrets as None)."""
         workspace = self._workspace(stack, program)
         self.backend.clear_stale_locks()
+        self.backend.repair(stack)
         try:
             if not self.backend.exists(stack):
                 workspace.create_stack(stack)
@@ -109,6 +110,7 @@ class StackOperations:
             return
         workspace = self._workspace(stack, _empty_program)
         self.backend.clear_stale_locks()
+        self.backend.repair(stack)
         handle = _FileBackedStack(stack, workspace, self.backend)
         try:
             state = self.backend.read(stack)
@@ -125,6 +127,7 @@ class StackOperations:
             return
         workspace = self._workspace(stack, _empty_program)
         self.backend.clear_stale_locks()
+        self.backend.repair(stack)
         try:
             workspace.remove_stack(stack, force=True)
         except auto.CommandError as error:
