@@ -189,33 +189,36 @@ async def all_provisioned(kube: KubeClient, namespace: str, names: list[str]) ->
     return set(names) <= ready
 
 
-async def time_to_provisioned(kube: KubeClient, namespace: str, names: list[str]) -> float:
-    started = time.monotonic()
-    for name in names:
-        await kube.create(proxy_path(namespace), managed_proxy(name))
-    await wait_for(
-        functools.partial(all_provisioned, kube, namespace, names), timeout=300, interval=0.25
-    )
-    return time.monotonic() - started
-
-
 async def test_pods_that_cannot_start_do_not_hold_up_good_ones(
     kube: KubeClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    alone = await time_to_provisioned(kube, namespace, [f"alone-{i}" for i in range(20)])
+    """4 Proxies whose image cannot be pulled go first; 12 good ones behind them all come up.
+
+    An `up` that awaited its pod (no pulumi.com/skipAwait) would hold one of
+    the 4 pulumi slots for pulumi's 10-minute pod await, so with the broken
+    Proxies queued first no good Proxy would be Provisioned within the 300 s
+    wait. Nothing here is timed against anything else: the guard is the order
+    (every good Proxy Provisioned while the broken ones still are not).
+    """
     for i in range(4):
         broken = managed_proxy(f"broken-{i}", kubernetes={"image": BROKEN_IMAGE})
         await kube.create(proxy_path(namespace), broken)
-    beside = await time_to_provisioned(kube, namespace, [f"beside-{i}" for i in range(20)])
-    print(f"20 good Proxies: {alone:.1f}s alone, {beside:.1f}s beside 4 broken")
-    # What this guards: an `up` that awaited the pod (no pulumi.com/skipAwait)
-    # would hold each of the 4 pulumi slots for pulumi's 10-minute pod await,
-    # so the good Proxies would not be Provisioned within wait_for's 300 s.
-    # The margin absorbs the broken Proxies' own stack work (4 ups, then the
-    # replacements after --instance-start-timeout) and a busy machine: one
-    # CI run measured 27.9 s alone and 38.6 s beside (1.39x).
-    assert beside / alone <= 2.0, (alone, beside)
-    for i in range(4):
-        body = await kube.get(proxy_path(namespace, f"broken-{i}"))
-        provisioned = {c["type"]: c for c in body["status"]["conditions"]}["Provisioned"]
-        assert provisioned["status"] == "False" and BROKEN_IMAGE in provisioned["message"]
+    good = [f"good-{i}" for i in range(12)]
+    for name in good:
+        await kube.create(proxy_path(namespace), managed_proxy(name))
+    await wait_for(
+        functools.partial(all_provisioned, kube, namespace, good), timeout=300, interval=0.25
+    )
+
+    async def broken_reported() -> bool:
+        for i in range(4):
+            body = await kube.get(proxy_path(namespace, f"broken-{i}"))
+            conditions = {c["type"]: c for c in (body.get("status") or {}).get("conditions", [])}
+            provisioned = conditions.get("Provisioned") or {}
+            if provisioned.get("status") != "False" or BROKEN_IMAGE not in provisioned.get(
+                "message", ""
+            ):
+                return False
+        return True
+
+    await wait_for(broken_reported, timeout=120, interval=0.5)
