@@ -2,8 +2,8 @@
 
     .venv/bin/python -m bench.reconcile [--repeat 3] [--many 50] [--fleet 200]
 
-Starts a dev cluster (real kube-apiserver; the loopback kubelet runs each
-Squid pod as a real squid), an origin in this process that the health probes
+Starts a dev cluster (real kube-apiserver; each Squid pod a real container on
+its real node), an origin in this process that the health probes
 fetch through the proxies, and the real operator (`egress-proxies run`,
 concurrency 4, its `pulumi` wrapped to count processes, as in the e2e suite).
 Then, in one run:

@@ -43,13 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="a directory of CRD YAML files to install (default: the project's crds/)",
     )
-    up.add_argument(
-        "--node",
-        choices=("loopback", "real"),
-        default="loopback",
-        help="loopback: the Python kubelet emulation (default); "
-        "real: kubelet + containerd + runc (docs/dev-cluster.md)",
-    )
     down = dev_commands.add_parser("down", help="stop a dev cluster and everything it started")
     down.add_argument("--state-dir", type=Path, required=True)
     crd_command = commands.add_parser("crd", help="print a CRD generated from the models")
@@ -214,8 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "up":
             crds = args.crds or cluster.DEFAULT_CRD_DIR
             if args.detach:
-                return cluster.run_detached(args.state_dir, crds, node=args.node)
-            return cluster.run_foreground(args.state_dir, crds, node=args.node)
+                return cluster.run_detached(args.state_dir, crds)
+            return cluster.run_foreground(args.state_dir, crds)
         return cluster.stop(args.state_dir)
     if args.command == "run":
         settings = read_settings(parser, args)

@@ -24,9 +24,8 @@ class ClusterHandle:
     layout: StateLayout
     credentials: Credentials
     # Where pods reach the host (an origin for proxies listens there): the
-    # host's end of a real node's veth, or loopback for the loopback kubelet.
-    host_address: str = "127.0.0.1"
-    node: str = "loopback"
+    # host's end of the node's veth.
+    host_address: str
 
     @property
     def kubeconfig(self) -> Path:
@@ -34,9 +33,7 @@ class ClusterHandle:
         return self.layout.kubeconfig
 
 
-def start_supervised_cluster(
-    state: Path, pid_dir: Path, node: str = "loopback"
-) -> tuple[Child, ClusterHandle]:
+def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, ClusterHandle]:
     """`dev-cluster up` as a child that dies with this process; returns once it is ready.
 
     Raises RuntimeError with the supervisor's log tail when it does not start.
@@ -52,8 +49,6 @@ def start_supervised_cluster(
             "up",
             "--state-dir",
             str(state),
-            "--node",
-            node,
         ],
         pid_dir=pid_dir,
         log=state / "supervisor.log",
@@ -68,8 +63,7 @@ def start_supervised_cluster(
     return supervisor, ClusterHandle(
         layout,
         Credentials.from_kubeconfig(layout.kubeconfig),
-        host_address=ready.get("host_address", "127.0.0.1"),
-        node=ready.get("node", "loopback"),
+        host_address=ready["host_address"],
     )
 
 
@@ -90,13 +84,11 @@ async def wait_for(
 def container_pid(container_id: str) -> int:
     """The host pid of a container's first process, from its status `containerID`.
 
-    `loopback://<pid>` names it; a real runtime's id (`containerd://<id>`) is
-    found in the cgroup paths of the host's processes: the container's first
-    process is the one whose parent is outside the container.
+    The runtime's id (`containerd://<id>`) is found in the cgroup paths of the
+    host's processes: the container's first process is the one whose parent is
+    outside the container.
     """
-    runtime, _, ident = container_id.partition("://")
-    if runtime == "loopback":
-        return int(ident)
+    ident = container_id.partition("://")[2]
     members: set[int] = set()
     for cgroup in Path("/proc").glob("[0-9]*/cgroup"):
         try:

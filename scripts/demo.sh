@@ -16,7 +16,7 @@ step() { printf '\n==> %s\n' "$*"; }
 fail() { printf '\nERROR: %s\n' "$*" >&2; exit 1; }
 
 step "Starting the dev cluster in $state"
-$py -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach --node real
+$py -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach
 export KUBECONFIG="$state/kubeconfig"
 # Where pods reach this machine, and the squid image built by `make tools`.
 host=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["host_address"])' "$state/ready")

@@ -76,29 +76,23 @@ def _serves_a_connection(task: asyncio.Task[object]) -> bool:
     return isinstance(name, str) and name.startswith("RequestHandler.")
 
 
-# The session cluster's node: `real` (kubelet + containerd + runc) or `loopback`.
-TEST_NODE = os.environ.get("EGRESS_PROXIES_TEST_NODE", "loopback")
-
-
 @pytest.fixture(scope="session")
 def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     """One dev cluster for the whole run, supervised by a child that dies with pytest.
 
     Origins listen where its pods reach this machine.
     """
-    with supervised_cluster(tmp_path_factory, TEST_NODE) as handle:
+    with supervised_cluster(tmp_path_factory) as handle:
         use_origin_host(handle.host_address)
         yield handle
 
 
 @contextlib.contextmanager
-def supervised_cluster(
-    tmp_path_factory: pytest.TempPathFactory, node: str
-) -> Iterator[ClusterHandle]:
-    """A dev cluster with this kind of node, for the `with` block."""
+def supervised_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """A dev cluster of its own, for the `with` block."""
     state = tmp_path_factory.mktemp("dev-cluster")
     try:
-        supervisor, handle = start_supervised_cluster(state, state / "test-pids", node=node)
+        supervisor, handle = start_supervised_cluster(state, state / "test-pids")
     except RuntimeError as error:
         pytest.fail(str(error))
     try:

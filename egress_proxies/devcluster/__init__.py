@@ -1,7 +1,7 @@
-"""A local control plane (etcd + kube-apiserver + controller manager) with a loopback kubelet.
+"""A local cluster: a control plane and one real node (kubelet, containerd, runc).
 
 Used by the tests, `make demo` and anyone developing the operator without a
-real cluster. See docs/development.md.
+cluster of their own. See docs/dev-cluster.md.
 """
 
 from egress_proxies.devcluster.cluster import DevCluster, install_crds

@@ -11,12 +11,9 @@ import asyncio
 import contextlib
 import json
 import os
-import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +22,7 @@ from typing import Any
 import yaml
 
 from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, StateLayout
-from egress_proxies.devcluster.kubelet import LoopbackKubelet, PodAddresses
-from egress_proxies.devcluster.network import NodeNetwork, choose_network
+from egress_proxies.devcluster.network import choose_network
 from egress_proxies.devcluster.node import Node, NodeError, cgroup_name, remove_cgroups
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
 from egress_proxies.kube import ApiError, KubeClient
@@ -36,8 +32,6 @@ Progress = Callable[[str], None]
 
 DEFAULT_CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 _APPLY_PATCH = "application/apply-patch+yaml"
-# `loopback`: the Python kubelet emulation; `real`: kubelet + containerd + runc.
-NODE_KINDS = ("loopback", "real")
 
 
 def print_progress(message: str) -> None:
@@ -46,7 +40,7 @@ def print_progress(message: str) -> None:
 
 
 class DevCluster:
-    """One local cluster: control plane, CRDs and the loopback kubelet, owned by this process."""
+    """One local cluster: control plane, CRDs and a real node, owned by this process."""
 
     def __init__(
         self,
@@ -54,16 +48,12 @@ class DevCluster:
         *,
         crd_dir: Path = DEFAULT_CRD_DIR,
         progress: Progress = print_progress,
-        node: str = "loopback",
     ) -> None:
         self.layout = StateLayout(state_dir.resolve())
         self._crd_dir = crd_dir
         self._progress = progress
-        self._node_kind = node
-        self._network: NodeNetwork | None = None
-        if node == "real":
-            self.layout.root.mkdir(parents=True, exist_ok=True)
-            self._network = choose_network(self.layout.root / "network.json")
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self._network = choose_network(self.layout.root / "network.json")
         self._control_plane = ControlPlane(self.layout, progress, self._network)
         self._node: Node | None = None
 
@@ -72,51 +62,28 @@ class DevCluster:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Start everything, mark the cluster ready, and run until `stop` is set."""
-        self.layout.root.mkdir(parents=True, exist_ok=True)
         claim_state_dir(self.layout)
         for leftover in reap_stale(self.layout.pids):
             self._progress(f"killed a process left by an earlier run: {leftover}")
-        _remove_stale_pod_dirs(self.layout)
-        pods_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-pods-"))
-        pods_dir.chmod(0o711)
-        self.layout.pods.write_text(str(pods_dir))
         client: KubeClient | None = None
-        kubelet_task: asyncio.Task[None] | None = None
         try:
             credentials = await self._control_plane.start()
             client = KubeClient(credentials)
             await install_crds(client, self._crd_dir, self._progress)
-            if self._network is not None:
-                await self._serve_real_node(credentials, stop)
-                return
-            kubelet = LoopbackKubelet(
-                client, pods_dir, self.layout.pids, PodAddresses(_network_octet(self.layout))
-            )
-            kubelet_ready = asyncio.Event()
-            kubelet_task = asyncio.create_task(kubelet.run(kubelet_ready), name="loopback kubelet")
-            await _first_of(kubelet_ready.wait(), kubelet_task)
-            self._mark_ready(credentials)
-            await _first_of(stop.wait(), kubelet_task)
+            await self._serve_node(credentials, stop)
         finally:
             self.layout.ready.unlink(missing_ok=True)
             self._progress("stopping")
-            if kubelet_task is not None:
-                kubelet_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await kubelet_task
             if client is not None:
                 await client.close()
             if self._node is not None:
                 self._node.stop()
             self._control_plane.stop()
             reap_stale(self.layout.pids)
-            shutil.rmtree(pods_dir, ignore_errors=True)
-            self.layout.pods.unlink(missing_ok=True)
             self.layout.supervisor_pid.unlink(missing_ok=True)
             self._progress("stopped")
 
-    async def _serve_real_node(self, credentials: Any, stop: asyncio.Event) -> None:
-        assert self._network is not None
+    async def _serve_node(self, credentials: Any, stop: asyncio.Event) -> None:
         await self._control_plane.start_scheduler()
         self._node = Node(
             self.layout.root / "node",
@@ -143,20 +110,9 @@ class DevCluster:
 
     def _mark_ready(self, credentials: Any) -> None:
         info = {"server": credentials.server, "kubeconfig": str(self.layout.kubeconfig)}
-        if self._network is not None:
-            info["node"] = "real"
-            info.update(self._network.describe())
+        info.update(self._network.describe())
         self.layout.ready.write_text(json.dumps(info))
         self._progress(f"ready: export KUBECONFIG={self.layout.kubeconfig}")
-
-
-async def _first_of(awaitable: Any, task: asyncio.Task[None]) -> None:
-    waiter = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        waiter.cancel()
-        task.result()
-        raise StartupError("the loopback kubelet stopped unexpectedly")
 
 
 def claim_state_dir(layout: StateLayout) -> None:
@@ -178,19 +134,6 @@ def supervisor_pid(layout: StateLayout) -> int | None:
         return None
     pid = int(pid_text)
     return pid if process_runs(pid, executable) else None
-
-
-def _network_octet(layout: StateLayout) -> int:
-    path = layout.root / "pod-network"
-    if not path.exists():
-        path.write_text(str(random.randint(2, 254)))  # noqa: S311 (a subnet pick, not a secret)
-    return int(path.read_text())
-
-
-def _remove_stale_pod_dirs(layout: StateLayout) -> None:
-    if layout.pods.is_file():
-        shutil.rmtree(layout.pods.read_text().strip(), ignore_errors=True)
-        layout.pods.unlink()
 
 
 async def install_crds(client: KubeClient, crd_dir: Path, progress: Progress) -> list[str]:
@@ -233,7 +176,7 @@ async def _wait_established(client: KubeClient, name: str) -> None:
     raise StartupError(f"CRD {name} was not Established after 30s")
 
 
-def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, node: str = "loopback") -> int:
+def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR) -> int:
     """`dev-cluster up`: serve until SIGINT/SIGTERM. Returns the process exit code."""
 
     async def main() -> None:
@@ -241,7 +184,7 @@ def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, node: str =
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await DevCluster(state_dir, crd_dir=crd_dir, node=node).serve(stop)
+        await DevCluster(state_dir, crd_dir=crd_dir).serve(stop)
 
     try:
         asyncio.run(main())
@@ -251,9 +194,7 @@ def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, node: str =
     return 0
 
 
-def run_detached(
-    state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: float = 300.0, node: str = "loopback"
-) -> int:
+def run_detached(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR, timeout: float = 300.0) -> int:
     """`dev-cluster up --detach`: start the supervisor as a daemon, return once it is ready."""
     layout = StateLayout(state_dir.resolve())
     layout.root.mkdir(parents=True, exist_ok=True)
@@ -275,8 +216,6 @@ def run_detached(
                 str(layout.root),
                 "--crds",
                 str(crd_dir),
-                "--node",
-                node,
             ],
             stdin=subprocess.DEVNULL,
             stdout=handle,
@@ -314,7 +253,6 @@ def stop(state_dir: Path, timeout: float = 30.0) -> int:
         terminate_group_or_pid(pid, timeout)
     for leftover in reap_stale(layout.pids):
         print_progress(f"killed a leftover process: {leftover}")
-    _remove_stale_pod_dirs(layout)
     # A killed supervisor's node: its namespaces died with it; its pods' cgroups may linger.
     remove_cgroups(cgroup_name(layout.root))
     layout.ready.unlink(missing_ok=True)

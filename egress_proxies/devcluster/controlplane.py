@@ -1,10 +1,11 @@
-"""etcd + kube-apiserver + kube-controller-manager as local processes on loopback.
+"""etcd + kube-apiserver + kube-controller-manager + kube-scheduler as local processes.
 
 Token and client-certificate authentication (a static admin token; an admin
 certificate in group system:masters) and RBAC authorization are on,
-as in a real cluster. The controller manager runs only the controllers a
-cluster without nodes still needs: namespace deletion, service accounts and
-their tokens, the root CA ConfigMap, and ownerReference garbage collection.
+as in a real cluster. The controller manager runs the controllers a one-node
+cluster needs: namespace deletion, service accounts and their tokens, the root
+CA ConfigMap, ownerReference garbage collection, node lifecycle, endpoints,
+Deployments and ReplicaSets.
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
 
+# Namespaces delete, namespaces get their ServiceAccounts and tokens, owner
+# references are collected; the node's taints follow its conditions, Services
+# get endpoints, and Deployments get ReplicaSets and pods.
 CONTROLLERS = (
-    "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector"
-)
-# With a real node, also what a node and its Services and workloads need:
-# the node's taints follow its conditions, Services get endpoints, and
-# Deployments get ReplicaSets and pods.
-NODE_CONTROLLERS = (
+    "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,"
     "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,deployment,replicaset"
 )
-SERVICE_CIDR = "10.96.0.0/16"
 
 Progress = Callable[[str], None]
 
@@ -80,11 +78,6 @@ class StateLayout:
         return self.root / "pids"
 
     @property
-    def pods(self) -> Path:
-        """The loopback kubelet's per-pod directories."""
-        return self.root / "pods"
-
-    @property
     def supervisor_pid(self) -> Path:
         """The pid of the process that owns the cluster."""
         return self.root / "supervisor.pid"
@@ -106,9 +99,7 @@ def free_port() -> int:
 class ControlPlane:
     """Starts, checks and stops the three control-plane processes."""
 
-    def __init__(
-        self, layout: StateLayout, progress: Progress, network: NodeNetwork | None = None
-    ) -> None:
+    def __init__(self, layout: StateLayout, progress: Progress, network: NodeNetwork) -> None:
         self.layout = layout
         self._progress = progress
         self._network = network
@@ -124,15 +115,14 @@ class ControlPlane:
 
     async def start(self) -> Credentials:
         """Start etcd, the API server and the controller manager; return admin credentials."""
-        extra_hosts: tuple[str, ...] = ()
-        if self._network is not None:
-            extra_hosts = (
-                self._network.host_address,
-                self._network.api_service_ip,
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc.cluster.local",
-            )
+        extra_hosts = (
+            self._network.host_address,
+            self._network.api_service_ip,
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
         pki = ensure_pki(self.layout.pki, extra_hosts)
         token = ensure_token(self.layout.pki / "admin.token")
         etcd_url = await self._start_etcd()
@@ -148,25 +138,20 @@ class ControlPlane:
         )
         await self._start_apiserver(pki, etcd_url, api_port, token, credentials)
         self.credentials = credentials
-        if self._network is not None:
-            self.node_credentials = Credentials.from_token(
-                f"https://{self._network.host_address}:{api_port}", ca_pem, token
-            )
+        self.node_credentials = Credentials.from_token(
+            f"https://{self._network.host_address}:{api_port}", ca_pem, token
+        )
         await self._start_controller_manager(pki)
         await self._wait_for_default_service_account(credentials)
         return credentials
 
     @property
-    def _controllers(self) -> str:
-        return CONTROLLERS if self._network is None else f"{CONTROLLERS},{NODE_CONTROLLERS}"
-
-    @property
     def service_cidr(self) -> str:
-        """The Service ClusterIP range: the node's, else a fixed one (no node routes it)."""
-        return SERVICE_CIDR if self._network is None else self._network.service_cidr
+        """The Service ClusterIP range, which the node's kube-proxy routes."""
+        return self._network.service_cidr
 
     async def start_scheduler(self) -> None:
-        """Start kube-scheduler: with a real node, pods are scheduled as on any cluster."""
+        """Start kube-scheduler: pods are scheduled as on any cluster."""
         self._progress("starting kube-scheduler")
         self._spawn(
             "kube-scheduler",
@@ -226,23 +211,15 @@ class ControlPlane:
         token_file = self.layout.pki / "tokens.csv"
         token_file.write_text(f'{token},dev-admin,dev-admin,"system:masters"\n')
         token_file.chmod(0o600)
-        if self._network is None:
-            bind = [
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # A loopback address cannot back the `kubernetes` Service's endpoints.
-                "--endpoint-reconciler-type=none",
-            ]
-        else:
-            # The node reaches the API server at the host's end of its veth
-            # (created after the API server starts), the host at 127.0.0.1.
-            bind = [
-                "--bind-address=0.0.0.0",
-                f"--advertise-address={self._network.host_address}",
-                f"--kubelet-client-certificate={pki.admin_cert}",
-                f"--kubelet-client-key={pki.admin_key}",
-                "--kubelet-preferred-address-types=InternalIP",
-            ]
+        # The node reaches the API server at the host's end of its veth
+        # (created after the API server starts), the host at 127.0.0.1.
+        bind = [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self._network.host_address}",
+            f"--kubelet-client-certificate={pki.admin_cert}",
+            f"--kubelet-client-key={pki.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
         self._progress(f"starting kube-apiserver on port {port}")
         child = self._spawn(
             "kube-apiserver",
@@ -280,7 +257,7 @@ class ControlPlane:
                 f"--kubeconfig={self.layout.kubeconfig}",
                 f"--authentication-kubeconfig={self.layout.kubeconfig}",
                 f"--authorization-kubeconfig={self.layout.kubeconfig}",
-                f"--controllers={self._controllers}",
+                f"--controllers={CONTROLLERS}",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={pki.ca_cert}",
                 f"--service-cluster-ip-range={self.service_cidr}",

@@ -1,21 +1,17 @@
 """The dev cluster's real node: kubelet on containerd and runc, pods in real containers.
 
-One cluster started with `--node real` for this module. Every check is made
-the way a user would make it on kind or GKE: the API, `kubectl exec` and
-`kubectl logs`, and /proc on the host for what only the host can show.
+On the session's dev cluster. Every check is made the way a user would make
+it on kind or GKE: the API, `kubectl exec` and `kubectl logs`, and /proc on
+the host for what only the host can show.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import os
-import signal
 import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +19,26 @@ import aiohttp
 import pytest
 
 from egress_proxies import toolchain
-from egress_proxies.devcluster import ApiError, KubeClient
-from egress_proxies.devcluster.node import cgroup_dirs, cgroup_name, image_ref
-from egress_proxies.devcluster.processes import process_runs
+from egress_proxies.devcluster import KubeClient
+from egress_proxies.devcluster.node import cgroup_name, image_ref
 from egress_proxies.model import ProxySpec
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
 from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES
 from egress_proxies.stacks.programs.squid_pod import pod_spec as program_pod_spec
-from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
+from harness.cluster import ClusterHandle, wait_for
 from harness.origins import serve_origin
-from tests.conftest import create_namespace, supervised_cluster
+from harness.procfs import ancestor_named, read_proc
+from tests.conftest import create_namespace
 
 CREDENTIALS = ProxyCredentials(username="crawler", password="a-long-random-password-1234")
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 
-@pytest.fixture(scope="module")
-def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    """A dev cluster with a real node, for this module (whatever the session's node)."""
-    with supervised_cluster(tmp_path_factory, "real") as handle:
-        yield handle
+@pytest.fixture
+def real_node(dev_cluster: ClusterHandle) -> ClusterHandle:
+    """The session's dev cluster, named for what this module looks at."""
+    return dev_cluster
 
 
 @pytest.fixture
@@ -182,12 +177,12 @@ async def test_the_program_pod_runs_confined_in_runc_and_authenticates(
     squid_pids = [
         int(proc.parent.name)
         for proc in Path("/proc").glob("[0-9]*/cgroup")
-        if container_id.removeprefix("containerd://") in _read(proc)
+        if container_id.removeprefix("containerd://") in read_proc(proc)
     ]
     assert squid_pids, "no host process in the container's cgroup"
-    cgroup = _read(Path(f"/proc/{squid_pids[0]}/cgroup"))
+    cgroup = read_proc(Path(f"/proc/{squid_pids[0]}/cgroup"))
     assert f"/{cgroup_name(real_node.layout.root)}/kubepods/" in cgroup
-    shim = _ancestor_named(squid_pids[0], "containerd-shim-runc-v2")
+    shim = ancestor_named(squid_pids[0], "containerd-shim-runc-v2")
     assert shim is not None, "squid does not run under containerd-shim-runc-v2"
 
     async with serve_origin(host=real_node.host_address) as origin:
@@ -315,101 +310,3 @@ async def test_a_cluster_ip_service_reaches_its_endpoints_from_a_pod(
         # kube-proxy programs the Service's rules within a few seconds.
         assert await wait_for(through_the_service, timeout=60, interval=0.5)
     assert origin.hits[0] >= 1
-
-
-async def test_a_killed_supervisor_leaves_no_node_process(tmp_path: Path) -> None:
-    state = tmp_path / "killed"
-    supervisor, handle = start_supervised_cluster(state, tmp_path / "pids", node="real")
-    async with KubeClient(handle.credentials) as kube:
-        await create_namespace_plain(kube, "victim")
-        _, _, pod = program_objects("sleeper")
-        pod["spec"]["containers"][0].update(
-            {"command": ["/bin/sleep", "3600"], "args": [], "volumeMounts": []}
-        )
-        pod["spec"]["containers"][0].pop("readinessProbe")
-        pod["spec"]["volumes"] = []
-        await kube.create("/api/v1/namespaces/victim/pods", pod)
-        await pod_where(kube, "victim", "sleeper", lambda p: p["status"].get("phase") == "Running")
-    cgroups = cgroup_dirs(cgroup_name(handle.layout.root))
-    before = _node_pids(cgroups)
-    assert before, "the running pod has no process in the node's cgroups"
-    os.kill(supervisor.process.pid, signal.SIGKILL)
-    supervisor.process.wait(timeout=10)
-
-    deadline = time.monotonic() + 30
-    while _node_pids(cgroups) or _alive(before):
-        assert time.monotonic() < deadline, f"left running: {_node_pids(cgroups)}"
-        await asyncio.sleep(0.2)
-    for executable in ("containerd", "kubelet", "kube-proxy", "containerd-shim-runc-v2"):
-        assert not [
-            pid
-            for pid in _all_pids()
-            if process_runs(pid, executable) and str(state) in _cmdline(pid)
-        ]
-    await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "egress_proxies.cli",
-            "dev-cluster",
-            "down",
-            "--state-dir",
-            str(state),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    assert not [d for d in cgroups if d.exists()]
-
-
-async def create_namespace_plain(kube: KubeClient, name: str) -> None:
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-
-    async def has_default_account() -> bool:
-        try:
-            await kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-        except ApiError:
-            return False
-        return True
-
-    await wait_for(has_default_account, timeout=30)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def _cmdline(pid: int) -> str:
-    return _read(Path(f"/proc/{pid}/cmdline")).replace("\0", " ")
-
-
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _alive(pids: set[int]) -> bool:
-    return any(Path(f"/proc/{pid}").exists() for pid in pids)
-
-
-def _node_pids(cgroups: list[Path]) -> set[int]:
-    pids: set[int] = set()
-    for directory in cgroups:
-        if directory.exists():
-            for procs in directory.rglob("cgroup.procs"):
-                pids.update(int(pid) for pid in _read(procs).split())
-    return pids
-
-
-def _ancestor_named(pid: int, name: str) -> int | None:
-    while pid > 1:
-        stat = _read(Path(f"/proc/{pid}/stat"))
-        if not stat:
-            return None
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        if Path(_cmdline(pid).split(" ")[0]).name == name:
-            return pid
-    return None
