@@ -111,6 +111,8 @@ class DevCluster:
     def _mark_ready(self, credentials: Any) -> None:
         info = {"server": credentials.server, "kubeconfig": str(self.layout.kubeconfig)}
         info.update(self._network.describe())
+        if self._node is not None:
+            info["state_volume"] = str(self._node.state_volume)
         self.layout.ready.write_text(json.dumps(info))
         self._progress(f"ready: export KUBECONFIG={self.layout.kubeconfig}")
 

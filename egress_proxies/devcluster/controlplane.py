@@ -33,6 +33,17 @@ CONTROLLERS = (
     "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,"
     "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,deployment,replicaset"
 )
+# Every request a ServiceAccount makes, without bodies: what a workload's RBAC
+# is really used for (tests compare it with what the role grants).
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+"""
 
 Progress = Callable[[str], None]
 
@@ -76,6 +87,11 @@ class StateLayout:
     def pids(self) -> Path:
         """One pid file per running child."""
         return self.root / "pids"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: what ServiceAccounts did, at Metadata level."""
+        return self.logs / "audit.log"
 
     @property
     def supervisor_pid(self) -> Path:
@@ -220,6 +236,8 @@ class ControlPlane:
             f"--kubelet-client-key={pki.admin_key}",
             "--kubelet-preferred-address-types=InternalIP",
         ]
+        audit_policy = self.layout.pki / "audit-policy.yaml"
+        audit_policy.write_text(AUDIT_POLICY)
         self._progress(f"starting kube-apiserver on port {port}")
         child = self._spawn(
             "kube-apiserver",
@@ -238,6 +256,10 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-cluster-ip-range={self.service_cidr}",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.layout.audit_log}",
+                "--audit-log-maxsize=100",
+                "--audit-log-maxbackup=1",
                 "--profiling=false",
                 "--v=1",
             ],

@@ -17,6 +17,11 @@ an address:
 - a **cgroup** subtree of its own (`/egress-proxies-<id>` in every
   hierarchy): the kubelet's `cgroupRoot`, so every pod's cgroup is in it.
 
+Like the kind node of the quickstart (its `extraMounts`), the node sees a
+directory of the state dir at `/var/lib/egress-proxies-state`, where
+`deploy/kind`'s hostPath PersistentVolume puts the operator's Pulumi state,
+so the host can read the stacks with the plain `pulumi` CLI.
+
 containerd's root (its images and snapshots) is on disk in the state dir,
 so images are imported once per state dir.
 """
@@ -51,6 +56,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # the kubelet at fixed paths.
 PRIVATE_DIRS = ("/run", "/var/lib/cni", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
 IMAGES = ("pause", "squid")
+# The node path of deploy/kind's hostPath PersistentVolume (the operator's state).
+STATE_VOLUME_PATH = "/var/lib/egress-proxies-state"
+# The operator image's user, who owns its state.
+OPERATOR_UID = 65532
 
 Progress = Callable[[str], None]
 
@@ -95,6 +104,11 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {NODE_NAME} {self.network.cidr} init={self._init_pid}>"
+
+    @property
+    def state_volume(self) -> Path:
+        """The host directory the node sees at `STATE_VOLUME_PATH`."""
+        return self.root / "egress-proxies-state"
 
     # -- lifecycle -------------------------------------------------------
 
@@ -142,8 +156,15 @@ class Node:
     # -- namespaces ------------------------------------------------------
 
     async def _start_init(self) -> None:
+        self.state_volume.mkdir(exist_ok=True)
+        os.chown(self.state_volume, OPERATOR_UID, OPERATOR_UID)
+        volume = f"mount --bind {self.state_volume} {STATE_VOLUME_PATH}"
         mounts = "; ".join(
-            f"mkdir -p {path} && mount -t tmpfs -o mode=0755 tmpfs {path}" for path in PRIVATE_DIRS
+            [
+                f"mkdir -p {path} && mount -t tmpfs -o mode=0755 tmpfs {path}"
+                for path in PRIVATE_DIRS
+            ]
+            + [f"mkdir -p {STATE_VOLUME_PATH} && {volume}"]
         )
         init = _image_file("pause.bin")
         inner = f"set -e; {mounts}; mkdir -p /run/netns /run/containerd; exec {init}"
