@@ -18,6 +18,8 @@ import pytest
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import GROUP, VERSION
+from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.naming import PROJECT
 from harness.cluster import ClusterHandle, wait_for
 from harness.deploy import NAMESPACE, Deployed, deploy, write_dev_overlay
 from harness.operator import managed_proxy, proxy_path
@@ -150,6 +152,120 @@ async def test_a_proxy_and_a_pool_become_ready_as_the_service_account(
     print(deployed.kubectl("get", "proxies,proxypools", "-A"))
 
 
+# Runs in the crawler pod: one page through the proxy the client leased
+# (HTTP_PROXY carries the proxy's URL with its credentials).
+FETCH = """
+import os, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=20) as response:
+    print("fetched", response.status, response.read().decode())
+"""
+
+
+def crawler_pod(origin_url: str, target: str) -> dict[str, Any]:
+    """A restricted pod of the operator image that leases through the Service by name."""
+    return {
+        "metadata": {"name": "crawler"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "crawler",
+                    "image": image_ref("operator"),
+                    "command": [
+                        "egress-proxies-client",
+                        "run",
+                        "--selector",
+                        "pool=crawl",
+                        "--target",
+                        target,
+                        "--",
+                        "python3",
+                        "-c",
+                        FETCH,
+                        origin_url,
+                    ],
+                    "env": [
+                        {
+                            "name": "EGRESS_PROXIES_API_URL",
+                            "value": f"http://egress-proxies.{NAMESPACE}.svc:8090",
+                        },
+                        {
+                            "name": "EGRESS_PROXIES_TOKEN",
+                            "valueFrom": {
+                                "secretKeyRef": {"name": "crawler-token", "key": "token"}
+                            },
+                        },
+                    ],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_a_crawler_pod_leases_by_service_name_and_fetches_through_the_proxy(
+    deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
+) -> None:
+    async with serve_origin(host=own_cluster.host_address) as origin:
+        health = {"url": origin.url, "expectedStatus": 200, "intervalSeconds": 2}
+        await own_kube.create(
+            proxy_path(crawl_namespace),
+            managed_proxy("for-crawler", healthCheck=health, attributes={"pool": "crawl"}),
+        )
+        proxy = await wait_phase(own_kube, crawl_namespace, "for-crawler", "Ready")
+        await own_kube.create(
+            f"/api/v1/namespaces/{crawl_namespace}/secrets",
+            {"metadata": {"name": "crawler-token"}, "stringData": {"token": deployed.token}},
+        )
+        await own_kube.create(
+            f"/api/v1/namespaces/{crawl_namespace}/pods",
+            crawler_pod(origin.url, own_cluster.host_address),
+        )
+
+        async def finished() -> dict[str, Any] | None:
+            pod = await own_kube.get(f"/api/v1/namespaces/{crawl_namespace}/pods/crawler")
+            phase = pod.get("status", {}).get("phase")
+            return pod if phase in {"Succeeded", "Failed"} else None
+
+        pod = await wait_for(finished, timeout=120, interval=0.5)
+        logs = deployed.kubectl("-n", crawl_namespace, "logs", "crawler")
+        print("crawler:", logs)
+        assert pod["status"]["phase"] == "Succeeded", logs
+        assert "fetched 200" in logs
+        proxy_pod_ips = {
+            p["status"].get("podIP")
+            for p in (await own_kube.get(f"/api/v1/namespaces/{crawl_namespace}/pods"))["items"]
+            if p["metadata"]["name"] != "crawler"
+        }
+        # The origin saw the page requested by the proxy's pod, not by the crawler's.
+        crawl_hits = [peer for peer in origin.peers if peer != pod["status"].get("podIP")]
+        assert set(crawl_hits) <= proxy_pod_ips and crawl_hits
+    listing = json.loads(
+        deployed.kubectl(
+            "-n",
+            NAMESPACE,
+            "exec",
+            operator_pod(deployed)["metadata"]["name"],
+            "--",
+            "python3",
+            "-c",
+            "import json, os, urllib.request as u; r = u.Request('http://127.0.0.1:8090/v1/proxies',"
+            " headers={'Authorization': 'Bearer ' + open('/etc/egress-proxies/discovery-tokens/"
+            f"{deployed.token_name}').read()}}); print(u.urlopen(r).read().decode())",
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+    print("after:", listing)
+    assert proxy["metadata"]["name"]
+    assert all(p["activeLeases"] == 0 for p in listing["proxies"])
+
+
 # Granted by deploy/base/rbac.yaml but not exercised by this module, each
 # with the path that uses it (see the comments in rbac.yaml).
 NOT_EXERCISED: dict[tuple[str, str], str] = {}
@@ -199,3 +315,51 @@ def test_the_service_account_is_granted_only_what_the_operator_used(
     assert not used - grants, "the operator was denied something it needs"
     unexplained = (grants - used) - NOT_EXERCISED.keys()
     assert not unexplained, f"granted but never used: {sorted(unexplained)}"
+
+
+def state_backend(cluster: ClusterHandle) -> FileBackend:
+    """The operator's backend, as the host sees the node's state volume."""
+    ready = json.loads(cluster.layout.ready.read_text())
+    return FileBackend(Path(ready["state_volume"]) / "backend", PROJECT)
+
+
+def locks(backend: FileBackend) -> list[Path]:
+    return sorted((backend.root / ".pulumi" / "locks").rglob("*.json"))
+
+
+async def test_an_operator_pod_deleted_mid_up_is_replaced_and_finishes_the_proxy(
+    deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
+) -> None:
+    backend = state_backend(own_cluster)
+    before = operator_pod(deployed)["metadata"]["name"]
+    await own_kube.create(proxy_path(crawl_namespace), managed_proxy("interrupted"))
+
+    async def up_running() -> list[Path]:
+        return locks(backend)
+
+    held = await wait_for(up_running, timeout=120, interval=0.05)
+    print("lock held during up:", [str(p.relative_to(backend.root)) for p in held])
+    # What `kubectl delete pod` does: SIGTERM, then the grace period.
+    deployed.kubectl("-n", NAMESPACE, "delete", "pod", before, "--wait=false")
+
+    async def replaced() -> bool:
+        pods = await own_kube.list(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            label_selector="app.kubernetes.io/name=egress-proxies",
+        )
+        return any(
+            p["metadata"]["name"] != before and p["status"].get("phase") == "Running"
+            for p in pods["items"]
+        )
+
+    await wait_for(replaced, timeout=300, interval=0.5)
+    body = await wait_phase(own_kube, crawl_namespace, "interrupted", "Ready")
+    stacks = [s for s in backend.stacks() if s.startswith(f"{crawl_namespace}.")]
+    print("stacks:", stacks, "status:", body["status"].get("phase"))
+    assert len(stacks) == 1
+    state = backend.read(stacks[0])
+    assert state is not None and state.pending_operations == 0
+    assert not locks(backend)
+    pods = await own_kube.get(f"/api/v1/namespaces/{crawl_namespace}/pods")
+    squid = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+    assert len(squid) == 1, [p["metadata"]["name"] for p in squid]
