@@ -14,7 +14,7 @@ demo: venv tools
 	@bash scripts/demo.sh $(DEMO_STATE)
 
 demo-down: venv
-	@for pid in operator origin; do \
+	@for pid in origin; do \
 		if [ -f $(DEMO_STATE)/$$pid.pid ]; then kill $$(cat $(DEMO_STATE)/$$pid.pid) 2>/dev/null || true; rm -f $(DEMO_STATE)/$$pid.pid; fi; \
 	done
 	@$(PY) -m egress_proxies.cli dev-cluster down --state-dir $(DEMO_STATE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,3 +124,16 @@ def deploy(kubeconfig: Path, overlay: Path, timeout: int = 300) -> Deployed:
         f"--timeout={timeout}s",
     )
     return Deployed(kubeconfig, token_name, token)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m harness.deploy overlay DIR`: write the dev cluster's overlay (for `make demo`)."""
+    if len(argv) != 2 or argv[0] != "overlay":
+        print("usage: python -m harness.deploy overlay DIR", file=sys.stderr)
+        return 2
+    print(write_dev_overlay(Path(argv[1]).resolve()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,37 +1,71 @@
 #!/usr/bin/env bash
-# `make demo`: the product end to end on the local dev cluster.
-#   1. dev cluster (etcd, kube-apiserver, controller manager, scheduler and a real
-#      node: kubelet + containerd + runc)
-#   2. the operator, in the background, with its Pulumi state under $state/operator
-#   3. two sample Proxies from examples/: one managed (a Squid pod through its own
-#      Pulumi stack) and one External (the plain Squid pod of deploy/dev/)
-#   4. kubectl get proxies, and the stacks as the plain pulumi CLI lists them
+# `make demo`: the kind quickstart's steps (deploy/kind/quickstart.sh), on the
+# local dev cluster instead of kind, with the images `make tools` built instead
+# of `docker build`:
+#   1. the dev cluster (control plane and a real node: kubelet, containerd, runc),
+#      whose node mounts $state/node/egress-proxies-state as kind's extraMount does
+#   2. the passphrase and discovery-token Secrets
+#   3. deploy/kind (the kustomize base on the mounted state dir) with the local
+#      images, rolled out: the operator runs as a pod
+#   4. the sample Proxies of examples/, waited for until Ready
+#   5. a crawler pod that leases through the discovery Service by its DNS name
+#      and fetches a page through the proxy
+#   6. a lease from this machine through the port-forwarded Service
+#   7. `pulumi stack ls --all` on the host, against the mounted backend
 # Everything keeps running afterwards; `make demo-down` stops it.
-set -euo pipefail
+set -Eeuo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 state=${1:-.state/demo}
-py=.venv/bin/python
+py=$repo/.venv/bin/python
+port=${EGRESS_PROXIES_DEMO_PORT:-8090}
+demo=demo
 mkdir -p "$state"
 state=$(cd "$state" && pwd)
+FORWARDER=""
+
 step() { printf '\n==> %s\n' "$*"; }
-fail() { printf '\nERROR: %s\n' "$*" >&2; exit 1; }
+fail() {
+  printf '\nERROR: %s\n' "$*" >&2
+  exit 1
+}
+cleanup() {
+  if [ -n "$FORWARDER" ]; then
+    kill "$FORWARDER" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+KUBECTL_ARGS=(--kubeconfig "$state/kubeconfig")
+k() {
+  kubectl "${KUBECTL_ARGS[@]}" "$@"
+}
+operator_logs() {
+  echo "--- operator log (last 40 lines) ---" >&2
+  k -n egress-proxies logs deployment/egress-proxies --tail=40 >&2 || true
+}
+# shellcheck source=deploy/lib/quickstart-steps.sh
+source "$repo/deploy/lib/quickstart-steps.sh"
 
 step "Starting the dev cluster in $state"
-$py -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach
-export KUBECONFIG="$state/kubeconfig"
-# Where pods reach this machine, and the squid image built by `make tools`.
+"$py" -m egress_proxies.cli dev-cluster up --state-dir "$state" --detach
+# Where pods reach this machine, and the node's view of the state volume.
 host=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["host_address"])' "$state/ready")
-squid_image=$(cat "$(bash tools/images.sh --dir)/squid.ref")
-until kubectl get serviceaccount default -n default >/dev/null 2>&1; do sleep 0.2; done
+volume=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["state_volume"])' "$state/ready")
+squid_image=$(cat "$(bash "$repo/tools/images.sh" --dir)/squid.ref")
 
-step "Starting a plain Squid pod to serve as the External proxy"
-demo_squid=$(sed "s#SQUID_IMAGE#$squid_image#" deploy/dev/squid-demo.yaml)
-kubectl apply -f - <<<"$demo_squid" >/dev/null 2>&1 || true
-until kubectl get serviceaccount default -n demo >/dev/null 2>&1; do sleep 0.2; done
-kubectl apply -f - <<<"$demo_squid"
-kubectl wait -n demo --for=condition=Ready pod/squid-demo --timeout=60s
-external_host=$(kubectl get pod -n demo squid-demo -o jsonpath='{.status.podIP}')
+step "Preparing the Secrets' values in $state"
+prepare_secrets "$state"
+token=$(cat "$state/discovery-token")
+echo "passphrase: $state/passphrase (keep it: the stacks cannot be decrypted without it)"
 
-step "Serving a local page for the health checks and the crawler ($host:18080)"
+step "Creating the namespace and the Secrets"
+create_namespace_and_secrets "$repo" "$state" demo
+
+step "Applying deploy/kind with the locally built images"
+overlay=$(cd "$repo" && "$py" -m harness.deploy overlay "$state/overlay")
+apply_and_roll_out "$overlay"
+
+step "Serving a local page for the health checks and the crawlers ($host:18080)"
 mkdir -p "$state/origin"
 echo "hello through an egress proxy" >"$state/origin/index.html"
 if ! curl -s -o /dev/null "http://$host:18080/"; then
@@ -40,73 +74,53 @@ if ! curl -s -o /dev/null "http://$host:18080/"; then
   echo $! >"$state/origin.pid"
 fi
 
-step "Starting the operator (log: $state/operator.log, discovery API on 127.0.0.1:8090)"
-passphrase_file="$state/passphrase"
-[ -s "$passphrase_file" ] || head -c 32 /dev/urandom | base64 >"$passphrase_file"
-chmod 600 "$passphrase_file"
-mkdir -p "$state/discovery-tokens"
-[ -s "$state/discovery-tokens/demo" ] || head -c 24 /dev/urandom | base64 | tr -d '/+=' \
-  >"$state/discovery-tokens/demo"
-token=$(cat "$state/discovery-tokens/demo")
-if [ -f "$state/operator.pid" ] && kill -0 "$(cat "$state/operator.pid")" 2>/dev/null; then
-  echo "already running (pid $(cat "$state/operator.pid"))"
-else
-  EGRESS_PROXIES_PASSPHRASE_FILE="$passphrase_file" EGRESS_PROXIES_STATE_DIR="$state/operator" \
-    EGRESS_PROXIES_DISCOVERY_HOST=127.0.0.1 EGRESS_PROXIES_SQUID_IMAGE="$squid_image" \
-    EGRESS_PROXIES_DISCOVERY_TOKENS_DIR="$state/discovery-tokens" \
-    nohup "$py" -m egress_proxies.cli run >"$state/operator.log" 2>&1 &
-  echo $! >"$state/operator.pid"
-fi
-
-step "Applying the sample Proxies (examples/), health-checked against the local page"
+step "Creating the sample Proxies (examples/) and a plain Squid pod as the External proxy"
+demo_squid=$(sed "s#SQUID_IMAGE#$squid_image#" "$repo/deploy/dev/squid-demo.yaml")
+k apply -f - <<<"$demo_squid"
+k wait -n "$demo" --for=condition=Ready pod/squid-demo --timeout=120s
+external_host=$(k get pod -n "$demo" squid-demo -o jsonpath='{.status.podIP}')
 local_check="s#https://www.gstatic.com/generate_204#http://$host:18080/#; s/expectedStatus: 204/expectedStatus: 200/"
-sed "$local_check" examples/managed-proxy.yaml | kubectl apply -n demo -f -
-sed "$local_check; s/EXTERNAL_HOST/$external_host/" examples/external-proxy.yaml |
-  kubectl apply -n demo -f -
+sed "$local_check" "$repo/examples/managed-proxy.yaml" | k apply -n "$demo" -f -
+sed "$local_check; s/EXTERNAL_HOST/$external_host/" "$repo/examples/external-proxy.yaml" |
+  k apply -n "$demo" -f -
 
-step "Waiting for both Proxies to be Ready (the first pulumi up takes ~30s)"
-for proxy in squid-eu-1 partner-1; do
-  if ! kubectl wait -n demo --for=condition=Healthy "proxy/$proxy" --timeout=300s; then
-    tail -n 30 "$state/operator.log" >&2
-    fail "proxy $proxy did not become Ready; the operator log is above"
-  fi
-done
-kubectl get proxies -n demo -o wide
+step "Waiting for both Proxies to be Ready (the first pulumi up takes a minute)"
+wait_proxies_ready "$demo" squid-eu-1 partner-1
 
-step "A crawler leases the managed proxy in region eu and fetches the page through it"
-# A freshly (re)started operator knows a proxy once its watch has listed it and
-# its health engine has probed it: until then a lease is refused (409), so retry.
-for attempt in $(seq 1 60); do
-  lease=$(curl -sS -w '\n%{http_code}' -H "Authorization: Bearer $token" \
-    -H 'Content-Type: application/json' \
-    -d "{\"selector\": {\"region\": \"eu\"}, \"ttlSeconds\": 60, \"target\": \"$host\"}" \
-    http://127.0.0.1:8090/v1/leases)
-  code=${lease##*$'\n'}
-  lease=${lease%$'\n'*}
-  [ "$code" = 409 ] || break
-  [ "$attempt" = 1 ] && echo "waiting for the operator to probe the proxy..."
-  sleep 1
-done
-echo "$lease" | "$py" -m json.tool | sed 's/"password": ".*"/"password": "<redacted>"/; s#//crawler:[^@]*@#//crawler:<redacted>@#'
-proxy_url=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["proxy"]["urlWithCredentials"])')
-lease_id=$(echo "$lease" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["leaseId"])')
-curl -sS --proxy "$proxy_url" "http://$host:18080/index.html"
-curl -sS -o /dev/null -w 'release: HTTP %{http_code}\n' -X DELETE \
-  -H "Authorization: Bearer $token" "http://127.0.0.1:8090/v1/leases/$lease_id"
+step "A crawler pod leases a proxy in region eu by the Service's name and fetches the page"
+k -n "$demo" create secret generic crawler-token --from-file=token="$state/discovery-token" \
+  --dry-run=client -o yaml | k apply -f -
+k -n "$demo" delete pod crawler --ignore-not-found >/dev/null
+operator_image=$(cat "$(bash "$repo/tools/images.sh" --dir)/operator.ref")
+k -n "$demo" run crawler --restart=Never --image="$operator_image" \
+  --env="EGRESS_PROXIES_API_URL=http://egress-proxies.egress-proxies.svc:8090" \
+  --overrides='{"spec":{"containers":[{"name":"crawler","env":[{"name":"EGRESS_PROXIES_TOKEN","valueFrom":{"secretKeyRef":{"name":"crawler-token","key":"token"}}}]}]}}' \
+  --command -- egress-proxies-client run --selector region=eu --target "$host" -- \
+  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' \
+  "http://$host:18080/index.html" >/dev/null
+k -n "$demo" wait --for=jsonpath='{.status.phase}'=Succeeded pod/crawler --timeout=120s ||
+  fail "the crawler pod did not succeed: $(k -n "$demo" logs crawler 2>&1 | tail -5)"
+k -n "$demo" logs crawler
 
-step "The stacks, as the plain pulumi CLI sees them"
-PULUMI_BACKEND_URL="file://$state/operator/backend" PULUMI_CONFIG_PASSPHRASE_FILE="$passphrase_file" \
-  PULUMI_HOME="$state/operator/pulumi-home" PULUMI_SKIP_UPDATE_CHECK=true \
-  pulumi stack ls --all
+step "Port-forwarding the discovery Service to 127.0.0.1:$port"
+port_forward_discovery "$port" "$state/port-forward.log"
+
+step "Leasing a proxy from the pool 'default' for 300 seconds, from this machine"
+lease_from_host "$port" "$token" '{"pool":"default"}' "$host"
+
+step "The stacks, as the pulumi CLI on the host sees them"
+mkdir -p "$state/pulumi-home"
+list_stacks "$volume/backend" "$state/passphrase" "$state/pulumi-home"
 
 cat <<MSG
 
 Everything keeps running. Try:
   export KUBECONFIG=$state/kubeconfig
+  kubectl get pods -n egress-proxies
   kubectl get proxies -A
-  kubectl describe proxy -n demo squid-eu-1
-  curl -H "Authorization: Bearer $token" http://127.0.0.1:8090/v1/proxies
-  PULUMI_BACKEND_URL=file://$state/operator/backend PULUMI_CONFIG_PASSPHRASE_FILE=$passphrase_file \\
-    pulumi stack history -s demo.squid-eu-1
+  kubectl logs -n egress-proxies deployment/egress-proxies
+  kubectl -n egress-proxies port-forward service/egress-proxies $port:discovery
+  PULUMI_BACKEND_URL=file://$volume/backend PULUMI_CONFIG_PASSPHRASE_FILE=$state/passphrase \\
+    pulumi stack history -s $demo.squid-eu-1
 Stop everything with: make demo-down
 MSG

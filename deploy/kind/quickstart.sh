@@ -21,10 +21,10 @@ cluster=${EGRESS_PROXIES_KIND_CLUSTER:-egress-proxies}
 state=${EGRESS_PROXIES_KIND_STATE:-$repo/.state/kind}
 port=${EGRESS_PROXIES_KIND_PORT:-8090}
 image=egress-proxies:kind
-namespace=egress-proxies
+namespace=egress-proxies # also QUICKSTART_NAMESPACE in deploy/lib
 demo=demo
 current="starting"
-forwarder=""
+FORWARDER=""
 reported=false
 
 step() {
@@ -46,16 +46,17 @@ on_error() {
 }
 
 cleanup() {
-  if [ -n "$forwarder" ]; then
-    kill "$forwarder" 2>/dev/null || true
+  if [ -n "$FORWARDER" ]; then
+    kill "$FORWARDER" 2>/dev/null || true
   fi
 }
 
 trap 'on_error $LINENO' ERR
 trap cleanup EXIT
 
+KUBECTL_ARGS=(--context "kind-$cluster")
 k() {
-  kubectl --context "kind-$cluster" "$@"
+  kubectl "${KUBECTL_ARGS[@]}" "$@"
 }
 
 need() {
@@ -67,9 +68,8 @@ operator_logs() {
   k -n "$namespace" logs deployment/egress-proxies --tail=40 >&2 || true
 }
 
-random_secret() {
-  head -c 32 /dev/urandom | base64 | tr -d '/+=\n'
-}
+# shellcheck source=deploy/lib/quickstart-steps.sh
+source "$repo/deploy/lib/quickstart-steps.sh"
 
 step "Checking the tools"
 need docker "build the operator image"
@@ -84,11 +84,7 @@ step "Preparing the state dir $state"
 mkdir -p "$state/pulumi-state" "$state/pulumi-home"
 # The operator runs as uid 65532; the mounted directory must be writable by it.
 chmod 0777 "$state/pulumi-state"
-(
-  umask 077
-  [ -s "$state/passphrase" ] || random_secret >"$state/passphrase"
-  [ -s "$state/discovery-token" ] || random_secret >"$state/discovery-token"
-)
+prepare_secrets "$state"
 token=$(cat "$state/discovery-token")
 echo "passphrase: $state/passphrase (keep it: the stacks cannot be decrypted without it)"
 echo "discovery token: $state/discovery-token"
@@ -110,29 +106,10 @@ step "Loading $image into kind"
 kind load docker-image "$image" --name "$cluster" || fail "kind could not load the image"
 
 step "Creating the namespace and the Secrets"
-k apply -f "$repo/deploy/base/namespace.yaml"
-k -n "$namespace" create secret generic stack-passphrase \
-  --from-file=passphrase="$state/passphrase" --dry-run=client -o yaml | k apply -f -
-k -n "$namespace" create secret generic discovery-tokens \
-  --from-file=quickstart="$state/discovery-token" --dry-run=client -o yaml | k apply -f -
+create_namespace_and_secrets "$repo" "$state" quickstart
 
 step "Applying deploy/kind (the kustomize base on the mounted state dir)"
-existed=false
-if k -n "$namespace" get deployment egress-proxies >/dev/null 2>&1; then
-  existed=true
-fi
-k apply -k "$repo/deploy/kind" || fail "kubectl apply -k deploy/kind failed"
-k wait --for=condition=Established crd/proxies.crawl.example.com --timeout=60s
-if [ "$existed" = true ]; then
-  # Same tag, new image: only a restart picks it up.
-  k -n "$namespace" rollout restart deployment/egress-proxies
-fi
-
-step "Waiting for the operator to be ready"
-if ! k -n "$namespace" rollout status deployment/egress-proxies --timeout=300s; then
-  operator_logs
-  fail "the operator did not become ready"
-fi
+apply_and_roll_out "$repo/deploy/kind"
 
 step "Creating the sample Proxies (examples/) and the External proxy's Squid"
 k apply -f "$repo/deploy/kind/external-squid.yaml"
@@ -143,42 +120,16 @@ sed "s/EXTERNAL_HOST/squid-external.$demo.svc.cluster.local/" "$repo/examples/ex
   | k -n "$demo" apply -f -
 
 step "Waiting for both Proxies to be Ready (the first pulumi up takes a minute)"
-for proxy in squid-eu-1 partner-1; do
-  if ! k -n "$demo" wait --for=jsonpath='{.status.phase}'=Ready "proxy/$proxy" --timeout=300s; then
-    k -n "$demo" describe proxy "$proxy" >&2 || true
-    operator_logs
-    fail "proxy $proxy did not become Ready"
-  fi
-done
-k -n "$demo" get proxies -o wide
+wait_proxies_ready "$demo" squid-eu-1 partner-1
 
 step "Port-forwarding the discovery Service to 127.0.0.1:$port"
-# kubectl itself in the background (not through k), so $! is its pid.
-kubectl --context "kind-$cluster" -n "$namespace" port-forward service/egress-proxies \
-  "$port:discovery" >"$state/port-forward.log" 2>&1 &
-forwarder=$!
-for _ in $(seq 1 50); do
-  if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then
-    break
-  fi
-  kill -0 "$forwarder" 2>/dev/null || fail "kubectl port-forward exited: $(cat "$state/port-forward.log")"
-  sleep 0.2
-done
-curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || fail "the discovery API does not answer on 127.0.0.1:$port"
-echo "discovery API on http://127.0.0.1:$port"
+port_forward_discovery "$port" "$state/port-forward.log"
 
 step "Leasing a proxy from the pool 'default' for 300 seconds"
-curl -fsS -X POST "http://127.0.0.1:$port/v1/leases" \
-  -H "Authorization: Bearer $token" \
-  -H "Content-Type: application/json" \
-  -d '{"selector":{"pool":"default"},"ttlSeconds":300,"target":"example.com"}' \
-  || fail "the lease request failed"
-echo
+lease_from_host "$port" "$token" '{"pool":"default"}' example.com
 
 step "The stacks, as the pulumi CLI on the host sees them"
-PULUMI_BACKEND_URL="file://$state/pulumi-state/backend" PULUMI_HOME="$state/pulumi-home" \
-  PULUMI_CONFIG_PASSPHRASE_FILE="$state/passphrase" PULUMI_SKIP_UPDATE_CHECK=true \
-  pulumi stack ls --all || fail "pulumi could not read the backend in $state/pulumi-state"
+list_stacks "$state/pulumi-state/backend" "$state/passphrase" "$state/pulumi-home"
 
 current="done"
 cat <<MSG

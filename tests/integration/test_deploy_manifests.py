@@ -231,11 +231,13 @@ def test_the_image_pins_the_toolchain_versions() -> None:
     assert args["PULUMI_GCP_VERSION"] == pins["pulumi-gcp"]
 
 
-def test_the_quickstart_passes_shellcheck() -> None:
+def test_the_quickstart_and_the_demo_pass_shellcheck() -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck is not None, "shellcheck is missing: `make tools` installs it from Debian"
+    scripts = ("deploy/kind/quickstart.sh", "deploy/lib/quickstart-steps.sh", "scripts/demo.sh")
     done = subprocess.run(
-        [shellcheck, str(DEPLOY / "kind" / "quickstart.sh")],
+        [shellcheck, "--external-sources", *scripts],
+        cwd=DEPLOY.parent,
         capture_output=True,
         text=True,
         timeout=60,
