@@ -25,6 +25,7 @@ from egress_proxies.devcluster.controlplane import ControlPlane, StartupError, S
 from egress_proxies.devcluster.network import choose_network
 from egress_proxies.devcluster.node import Node, NodeError, cgroup_name, remove_cgroups
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
+from egress_proxies.devcluster.volumes import HostPathProvisioner
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.toolchain import MissingToolError
 
@@ -70,7 +71,7 @@ class DevCluster:
             credentials = await self._control_plane.start()
             client = KubeClient(credentials)
             await install_crds(client, self._crd_dir, self._progress)
-            await self._serve_node(credentials, stop)
+            await self._serve_node(credentials, client, stop)
         finally:
             self.layout.ready.unlink(missing_ok=True)
             self._progress("stopping")
@@ -83,7 +84,7 @@ class DevCluster:
             self.layout.supervisor_pid.unlink(missing_ok=True)
             self._progress("stopped")
 
-    async def _serve_node(self, credentials: Any, stop: asyncio.Event) -> None:
+    async def _serve_node(self, credentials: Any, client: KubeClient, stop: asyncio.Event) -> None:
         await self._control_plane.start_scheduler()
         self._node = Node(
             self.layout.root / "node",
@@ -97,16 +98,26 @@ class DevCluster:
         await self._node.start(
             credentials, node_credentials, (self.layout.pki / "ca.crt").read_bytes()
         )
+        provisioner = HostPathProvisioner(client, self._node.root / "volumes")
+        await provisioner.install()
+        provisioning = asyncio.create_task(provisioner.run(), name="volume provisioner")
         self._mark_ready(credentials)
-        while not stop.is_set():
-            failed = self._node.failed_child()
-            if failed is not None:
-                raise StartupError(
-                    f"{failed.name} exited with code {failed.process.returncode}; "
-                    f"its log ({failed.log}) ends:\n{failed.log_tail()}"
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+        try:
+            while not stop.is_set():
+                failed = self._node.failed_child()
+                if failed is not None:
+                    raise StartupError(
+                        f"{failed.name} exited with code {failed.process.returncode}; "
+                        f"its log ({failed.log}) ends:\n{failed.log_tail()}"
+                    )
+                if provisioning.done():
+                    provisioning.result()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            provisioning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await provisioning
 
     def _mark_ready(self, credentials: Any) -> None:
         info = {"server": credentials.server, "kubeconfig": str(self.layout.kubeconfig)}

@@ -28,10 +28,12 @@ from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubecon
 
 # Namespaces delete, namespaces get their ServiceAccounts and tokens, owner
 # references are collected; the node's taints follow its conditions, Services
-# get endpoints, and Deployments get ReplicaSets and pods.
+# get endpoints, Deployments get ReplicaSets and pods, and claims bind to
+# volumes (and, protected while in use, are deleted once unused).
 CONTROLLERS = (
     "namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,garbagecollector,"
-    "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,deployment,replicaset"
+    "nodelifecycle,endpoint,endpointslice,endpointslicemirroring,deployment,replicaset,"
+    "persistentvolume-binder,pvc-protection,pv-protection"
 )
 # Every request a ServiceAccount makes, without bodies: what a workload's RBAC
 # is really used for (tests compare it with what the role grants).
