@@ -19,10 +19,11 @@ import yaml
 
 from egress_proxies import toolchain
 from egress_proxies.devcluster.node import image_ref
+from egress_proxies.toolchain import MissingToolError
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "egress-proxies"
-OPERATOR_IMAGE = "localhost/egress-proxies/operator"
+OPERATOR_LABEL = "app.kubernetes.io/name=egress-proxies"
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,22 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool 
 def write_dev_overlay(directory: Path, base: Path = REPO / "deploy" / "kind") -> Path:
     """A kustomization over `base` with the dev cluster's images; returns its directory."""
     directory.mkdir(parents=True, exist_ok=True)
-    name, _, tag = image_ref("operator").rpartition(":")
+    images = []
+    for image, local in (("egress-proxies", "operator"), ("redis", "redis")):
+        try:
+            name, _, tag = image_ref(local).rpartition(":")
+        except MissingToolError:
+            continue  # not built: an overlay that needs it fails to pull, as on any node
+        images.append({"name": image, "newName": name, "newTag": tag})
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(base, directory)],
-        "images": [{"name": "egress-proxies", "newName": name, "newTag": tag}],
+        "images": images,
         "patches": [
             {
-                "target": {"kind": "Deployment"},
+                # The operators (every shard's), not the discovery tier or Redis.
+                "target": {"kind": "Deployment", "labelSelector": OPERATOR_LABEL},
                 "patch": yaml.safe_dump(
                     [
                         {
@@ -110,19 +118,16 @@ def create_secrets(kubeconfig: Path, token_name: str, token: str) -> None:
 
 
 def deploy(kubeconfig: Path, overlay: Path, timeout: int = 300) -> Deployed:
-    """Secrets, `kubectl apply -k OVERLAY`, and a rollout until the Deployment is Available."""
+    """Secrets, `kubectl apply -k OVERLAY`, and a rollout until every Deployment is Available."""
     token_name, token = "tests", secrets.token_urlsafe(24)
     create_secrets(kubeconfig, token_name, token)
     kubectl(kubeconfig, "apply", "-k", str(overlay))
-    kubectl(
-        kubeconfig,
-        "-n",
-        NAMESPACE,
-        "rollout",
-        "status",
-        "deployment/egress-proxies",
-        f"--timeout={timeout}s",
-    )
+    for deployment in kubectl(
+        kubeconfig, "-n", NAMESPACE, "get", "deployments", "-o", "name"
+    ).split():
+        kubectl(
+            kubeconfig, "-n", NAMESPACE, "rollout", "status", deployment, f"--timeout={timeout}s"
+        )
     return Deployed(kubeconfig, token_name, token)
 
 
