@@ -7,7 +7,8 @@ pair. Inside the cluster's block `10.K.0.0/16`:
 | range | what |
 |---|---|
 | `10.K.0.0/24` | pod addresses (CNI host-local), gateway `10.K.0.1` on the node's bridge |
-| `10.K.128.0/20` | Service ClusterIPs; `10.K.128.1` is the `kubernetes` Service, `10.K.128.10` `kube-dns` |
+| `10.K.128.0/20` | Service ClusterIPs; `10.K.128.1` is the `kubernetes` Service |
+| `10.K.128.10` | the `kube-dns` Service (cluster DNS) |
 | `10.K.255.1` | the host's end of the veth: the API server and host origins, for pods |
 | `10.K.255.2` | the node's end (the Node's InternalIP) |
 

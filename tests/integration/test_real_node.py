@@ -317,6 +317,68 @@ async def test_a_cluster_ip_service_reaches_its_endpoints_from_a_pod(
     assert origin.hits[0] >= 1
 
 
+async def test_a_pod_resolves_a_service_by_name_through_cluster_dns(
+    real_node: ClusterHandle, node_kube: KubeClient, node_namespace: str
+) -> None:
+    _, _, pod = program_objects("dns-client")
+    pod["spec"]["containers"][0].update(
+        {"command": ["/bin/sleep", "3600"], "args": [], "volumeMounts": []}
+    )
+    pod["spec"]["containers"][0].pop("readinessProbe")
+    pod["spec"]["volumes"] = []
+    await node_kube.create(f"/api/v1/namespaces/{node_namespace}/pods", pod)
+    async with serve_origin(host=real_node.host_address) as origin:
+        port = int(origin.url.rsplit(":", 1)[1].strip("/"))
+        service = await node_kube.create(
+            f"/api/v1/namespaces/{node_namespace}/services",
+            {"metadata": {"name": "origin"}, "spec": {"ports": [{"port": 80, "targetPort": port}]}},
+        )
+        await node_kube.create(
+            f"/apis/discovery.k8s.io/v1/namespaces/{node_namespace}/endpointslices",
+            {
+                "metadata": {
+                    "name": "origin-1",
+                    "labels": {"kubernetes.io/service-name": "origin"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [real_node.host_address]}],
+                "ports": [{"port": port, "protocol": "TCP"}],
+            },
+        )
+        cluster_ip = service["spec"]["clusterIP"]
+        await pod_where(
+            node_kube, node_namespace, "dns-client", lambda p: p["status"].get("phase") == "Running"
+        )
+        exec_ = ["exec", "-n", node_namespace, "dns-client", "--"]
+
+        resolv_conf = kubectl(real_node, *exec_, "cat", "/etc/resolv.conf")
+        print("the pod's /etc/resolv.conf:", resolv_conf)
+        dns = (await node_kube.get("/api/v1/namespaces/kube-system/services/kube-dns"))["spec"]
+        assert f"nameserver {dns['clusterIP']}\n" in resolv_conf
+        assert f"search {node_namespace}.svc.cluster.local svc.cluster.local" in resolv_conf
+
+        for name in (f"origin.{node_namespace}.svc", f"origin.{node_namespace}.svc.cluster.local"):
+            answer = kubectl(real_node, *exec_, "getent", "hosts", name)
+            print(f"getent hosts {name}:", answer.strip())
+            assert answer.split()[0] == cluster_ip
+
+        # Reached by its name: bash resolves it (libc, the search list) and
+        # connects; kube-proxy carries the connection to the origin.
+        request = (
+            f"exec 3<>/dev/tcp/origin.{node_namespace}.svc/80 && "
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && head -n 1 <&3"
+        )
+        status_line = kubectl(real_node, *exec_, "bash", "-c", request)
+        print("GET http://origin.NAMESPACE.svc/:", status_line.strip())
+        assert status_line.startswith("HTTP/1.") and " 200 " in status_line
+        assert origin.hits[0] >= 1
+
+        # Nothing leaves the machine: a name outside the cluster does not exist.
+        outside = kubectl(real_node, *exec_, "getent", "hosts", "example.com", check=False)
+        print("getent hosts example.com:", outside.strip())
+        assert "exit code 2" in outside  # getent's "not found": NXDOMAIN, no timeout
+
+
 async def test_a_killed_supervisor_leaves_no_node_process(tmp_path: Path) -> None:
     state = tmp_path / "killed"
     supervisor, handle = start_supervised_cluster(state, tmp_path / "pids", node="real")
@@ -340,7 +402,7 @@ async def test_a_killed_supervisor_leaves_no_node_process(tmp_path: Path) -> Non
     while _node_pids(cgroups) or _alive(before):
         assert time.monotonic() < deadline, f"left running: {_node_pids(cgroups)}"
         await asyncio.sleep(0.2)
-    for executable in ("containerd", "kubelet", "kube-proxy", "containerd-shim-runc-v2"):
+    for executable in ("containerd", "kubelet", "kube-proxy", "containerd-shim-runc-v2", "coredns"):
         assert not [
             pid
             for pid in _all_pids()
