@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
-# kube-apiserver, kube-controller-manager, kubectl, etcd) from the Go module
-# proxy and installs squid and redis-server from Debian. See docs/development.md.
+# kube-apiserver, kube-controller-manager, kubectl, etcd, the node's binaries,
+# CoreDNS) from the Go module proxy and installs squid and redis-server from
+# Debian. See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -10,7 +11,8 @@
 #
 # Binaries go to $CACHE/tools/<binary>-<version>-<recipe>/<binary>, with
 # symlinks in $CACHE/bin, where CACHE=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}
-# and <recipe> hashes the wrapper module, the Go version and the build flags.
+# and <recipe> hashes the wrapper module (go.mod, go.sum and any main package
+# of its own, tools/go/<step>/*.go), the Go version and the build flags.
 # A binary already in its directory is never rebuilt: delete the directory to
 # force a rebuild.
 
@@ -26,19 +28,20 @@ STORE=$CACHE_ROOT/tools
 LOG_DIR=$CACHE_ROOT/logs
 
 ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr)
+    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
 # their common packages compile once and their links overlap. The plugin is
 # verified with the CLI, so pulumi comes before it.
-STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd)
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd coredns)
 declare -A STEP_BINARIES=(
     [pulumi]="pulumi"
     [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
     [kubernetes]="kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy"
     [etcd]="etcd"
     [containerd]="containerd containerd-shim-runc-v2 ctr"
+    [coredns]="coredns"
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
@@ -133,6 +136,13 @@ go_env() {
 # Wrapper modules: tools/go/<step>/go.mod requires the upstream modules, turns
 # each of their local-path replaces into a pinned version and copies their
 # other replaces and godebug settings; `tool` lines name the main packages.
+# A wrapper may hold a main package of its own (tools/go/coredns/main.go: CoreDNS
+# with a chosen set of plugins), built as the wrapper module's root package.
+
+# wrapper_sources STEP: the Go files of a wrapper's own main package, if any.
+wrapper_sources() {
+    compgen -G "$TOOLS_DIR/go/$1/*.go" | LC_ALL=C sort || true
+}
 
 # Reads `go mod edit -json` of an upstream go.mod on stdin; prints the
 # `go mod edit` flags for the wrapper, one per line. argv[1]: the version that
@@ -163,13 +173,15 @@ for r in mod.get("Replace") or []:
 regen_wrapper() {
     local name=$1 work upstream module version pinned upstream_gomod flag tool go_version=0
     shift
-    local -a flags=() upstream_flags
+    local -a flags=() upstream_flags sources
     CURRENT="wrapper module tools/go/$name"
     LOG_FILE=$LOG_DIR/regen-$name.log
     : >"$LOG_FILE"
     work=$(mktemp -d)
     BUILD_TMP=$work
     run go -C "$work" mod init "egress-proxies.local/tools/$name"
+    mapfile -t sources < <(wrapper_sources "$name")
+    ((${#sources[@]} == 0)) || cp "${sources[@]}" "$work/"
     while (($# > 0)) && [[ $1 != -- ]]; do
         upstream=$1
         shift
@@ -240,6 +252,10 @@ regen_all() {
             -- "$(binary_package containerd)" "$(binary_package containerd-shim-runc-v2)" \
             "$(binary_package ctr)"
     fi
+    if wants_regen coredns; then
+        # Its own main package (main.go) imports the plugins; no `tool` line.
+        regen_wrapper coredns "github.com/coredns/coredns $COREDNS_VERSION $COREDNS_VERSION" --
+    fi
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
@@ -255,6 +271,7 @@ binary_version() {
         printf '%s' "$KUBERNETES_VERSION"
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf '%s' "$CONTAINERD_VERSION" ;;
+    coredns) printf '%s' "$COREDNS_VERSION" ;;
     esac
 }
 
@@ -269,6 +286,7 @@ binary_package() {
         printf 'k8s.io/kubernetes/cmd/%s' "$1"
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf 'github.com/containerd/containerd/v2/cmd/%s' "$1" ;;
+    coredns) printf '%s' egress-proxies.local/tools/coredns ;;
     esac
 }
 
@@ -314,6 +332,7 @@ check_wrapper() {
     kubernetes) set -- "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
     containerd) set -- "github.com/containerd/containerd/v2 $CONTAINERD_VERSION" ;;
+    coredns) set -- "github.com/coredns/coredns $COREDNS_VERSION" ;;
     esac
     for pin in "$@"; do
         read -r module version <<<"$pin"
@@ -328,6 +347,7 @@ recipe_id() {
     local bin
     {
         cat "$TOOLS_DIR/go/$1/go.mod" "$TOOLS_DIR/go/$1/go.sum"
+        wrapper_sources "$1" | while read -r source; do cat "$source"; done
         go version
         printf '%s\n' "CGO_ENABLED=$CGO_ENABLED" "${GO_BUILD_FLAGS[@]}"
         for bin in ${STEP_BINARIES[$1]}; do binary_ldflags "$bin"; done
@@ -396,6 +416,7 @@ verify_binary() {
         ;;
     containerd | ctr) verify "$CONTAINERD_VERSION" "$path" --version ;;
     containerd-shim-runc-v2) verify "$CONTAINERD_VERSION" "$path" -v ;;
+    coredns) verify "CoreDNS-${COREDNS_VERSION#v}" "$path" -version ;;
     kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
     esac
 }
@@ -450,6 +471,7 @@ ensure_step() {
     start_ticker "$step" "$start" "${eta%%,*}"
     mkdir -p "$BUILD_TMP/work" "$BUILD_TMP/out"
     cp "$TOOLS_DIR/go/$step/go.mod" "$TOOLS_DIR/go/$step/go.sum" "$BUILD_TMP/work/"
+    wrapper_sources "$step" | while read -r source; do cp "$source" "$BUILD_TMP/work/"; done
     for bin in "${missing[@]}"; do
         if [[ $bin == pulumi-resource-kubernetes ]]; then
             prepare_kubernetes_provider "$BUILD_TMP/work"

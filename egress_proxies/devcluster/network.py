@@ -8,6 +8,7 @@ pair. Inside the cluster's block `10.K.0.0/16`:
 |---|---|
 | `10.K.0.0/24` | pod addresses (CNI host-local), gateway `10.K.0.1` on the node's bridge |
 | `10.K.128.0/20` | Service ClusterIPs; `10.K.128.1` is the `kubernetes` Service |
+| `10.K.128.10` | the `kube-dns` Service (cluster DNS) |
 | `10.K.255.1` | the host's end of the veth: the API server and host origins, for pods |
 | `10.K.255.2` | the node's end (the Node's InternalIP) |
 
@@ -60,6 +61,11 @@ class NodeNetwork:
         return f"10.{self.block}.128.1"
 
     @property
+    def dns_service_ip(self) -> str:
+        """The `kube-dns` Service's ClusterIP: the cluster DNS in every pod's resolv.conf."""
+        return f"10.{self.block}.128.10"
+
+    @property
     def host_address(self) -> str:
         """The host's end of the veth: reachable from every pod."""
         return f"10.{self.block}.255.1"
@@ -89,6 +95,7 @@ class NodeNetwork:
         return {
             "pod_cidr": self.pod_cidr,
             "service_cidr": self.service_cidr,
+            "dns_service_ip": self.dns_service_ip,
             "host_address": self.host_address,
             "node_address": self.node_address,
             "host_link": self.host_link,

@@ -1,4 +1,4 @@
-"""One real node: containerd, runc, the CNI plugins, the kubelet and kube-proxy.
+"""One real node: containerd, runc, the CNI plugins, the kubelet, kube-proxy and CoreDNS.
 
 Everything of the node runs inside namespaces the dev cluster creates for
 it, so two clusters on one machine never share a path, a socket, a chain or
@@ -42,6 +42,7 @@ from pathlib import Path
 import yaml
 
 from egress_proxies import toolchain
+from egress_proxies.devcluster import clusterdns
 from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
@@ -135,7 +136,12 @@ class Node:
         self._spawn_in_node("kubelet", self._kubelet_argv(kubeconfig, ca_pem))
         self._progress("starting kube-proxy")
         self._spawn_in_node("kube-proxy", self._kube_proxy_argv(kubeconfig))
+        self._progress("starting CoreDNS")
+        coredns = self._spawn_in_node("coredns", self._coredns_argv(kubeconfig))
         await self._wait_node_ready(credentials)
+        async with KubeClient(credentials) as client:
+            await clusterdns.publish(client, self.network)
+        await self._wait_dns_ready(coredns)
 
     def stop(self) -> None:
         """Stop every node process, then the namespaces' init (which ends the rest)."""
@@ -388,6 +394,8 @@ disabled_plugins = [
             "serializeImagePulls": False,
             "nodeStatusUpdateFrequency": "10s",
             "resolvConf": "/etc/resolv.conf",
+            "clusterDNS": [self.network.dns_service_ip],
+            "clusterDomain": clusterdns.CLUSTER_DOMAIN,
         }
         path = self.root / "kubelet.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -416,6 +424,25 @@ disabled_plugins = [
         path = self.root / "kube-proxy.yaml"
         path.write_text(yaml.safe_dump(config))
         return [str(toolchain.find("kube-proxy")), f"--config={path}", "--v=1"]
+
+    def _coredns_argv(self, kubeconfig: Path) -> list[str]:
+        path = self.root / "Corefile"
+        path.write_text(clusterdns.corefile(self.network, str(kubeconfig)))
+        return [str(toolchain.find("coredns")), "-conf", str(path)]
+
+    async def _wait_dns_ready(self, coredns: Child) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not coredns.alive():
+                raise NodeError(
+                    f"coredns exited with code {coredns.process.returncode}; "
+                    f"its log ({coredns.log}) ends:\n{coredns.log_tail()}"
+                )
+            if await clusterdns.is_ready(self.network):
+                self._progress(f"cluster DNS ready at {self.network.dns_service_ip}")
+                return
+            await asyncio.sleep(0.2)
+        raise NodeError(f"coredns not ready after 60s; its log ends:\n{coredns.log_tail()}")
 
     async def _wait_node_ready(self, credentials: Credentials) -> None:
         deadline = time.monotonic() + 120

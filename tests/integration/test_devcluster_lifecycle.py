@@ -23,7 +23,7 @@ from egress_proxies.devcluster.processes import process_runs
 from harness.procfs import all_pids, any_alive, cgroup_pids, cmdline
 from tests.conftest import wait_for
 
-NODE_EXECUTABLES = ("containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy")
+NODE_EXECUTABLES = ("containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "coredns")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -310,3 +310,78 @@ async def test_a_cluster_ip_service_reaches_its_endpoints_from_a_pod(
         # kube-proxy programs the Service's rules within a few seconds.
         assert await wait_for(through_the_service, timeout=60, interval=0.5)
     assert origin.hits[0] >= 1
+
+
+async def test_a_pod_resolves_a_service_by_name_through_cluster_dns(
+    real_node: ClusterHandle, node_kube: KubeClient, node_namespace: str
+) -> None:
+    _, _, pod = program_objects("dns-client")
+    client = pod["spec"]["containers"][0]
+    client.update({"command": ["/bin/sleep", "3600"], "args": [], "volumeMounts": []})
+    client.pop("readinessProbe")
+    client.pop("livenessProbe")
+    pod["spec"]["volumes"] = []
+    await node_kube.create(f"/api/v1/namespaces/{node_namespace}/pods", pod)
+    async with serve_origin(host=real_node.host_address) as origin:
+        port = int(origin.url.rsplit(":", 1)[1].strip("/"))
+        service = await node_kube.create(
+            f"/api/v1/namespaces/{node_namespace}/services",
+            {"metadata": {"name": "origin"}, "spec": {"ports": [{"port": 80, "targetPort": port}]}},
+        )
+        await node_kube.create(
+            f"/apis/discovery.k8s.io/v1/namespaces/{node_namespace}/endpointslices",
+            {
+                "metadata": {
+                    "name": "origin-1",
+                    "labels": {"kubernetes.io/service-name": "origin"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [real_node.host_address]}],
+                "ports": [{"port": port, "protocol": "TCP"}],
+            },
+        )
+        cluster_ip = service["spec"]["clusterIP"]
+        await pod_where(
+            node_kube, node_namespace, "dns-client", lambda p: p["status"].get("phase") == "Running"
+        )
+        exec_ = ["exec", "-n", node_namespace, "dns-client", "--"]
+
+        resolv_conf = kubectl(real_node, *exec_, "cat", "/etc/resolv.conf")
+        print("the pod's /etc/resolv.conf:", resolv_conf)
+        dns = (await node_kube.get("/api/v1/namespaces/kube-system/services/kube-dns"))["spec"]
+        assert f"nameserver {dns['clusterIP']}\n" in resolv_conf
+        assert f"search {node_namespace}.svc.cluster.local svc.cluster.local" in resolv_conf
+
+        def in_pod(*argv: str) -> str:
+            return kubectl(real_node, *exec_, *argv, check=False)
+
+        for name in (f"origin.{node_namespace}.svc", f"origin.{node_namespace}.svc.cluster.local"):
+
+            async def resolved(name: str = name) -> str | None:
+                answer = in_pod("getent", "hosts", name)
+                return answer if answer.split()[:1] == [cluster_ip] else None
+
+            # CoreDNS learns of the Service from its watch, within moments.
+            print(f"getent hosts {name}:", (await wait_for(resolved, timeout=30)).strip())
+
+        # Reached by its name: bash resolves it (libc, the search list) and
+        # connects; kube-proxy carries the connection to the origin once it
+        # has programmed the Service's rules.
+        request = (
+            f"exec 3<>/dev/tcp/origin.{node_namespace}.svc/80 && "
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && head -n 1 <&3"
+        )
+
+        async def reached() -> str | None:
+            status_line = in_pod("bash", "-c", request)
+            return status_line if status_line.startswith("HTTP/1.") else None
+
+        status_line = await wait_for(reached, timeout=60, interval=0.5)
+        print("GET http://origin.NAMESPACE.svc/:", status_line.strip())
+        assert " 200 " in status_line
+        assert origin.hits[0] >= 1
+
+        # Nothing leaves the machine: a name outside the cluster does not exist.
+        outside = in_pod("getent", "hosts", "example.com")
+        print("getent hosts example.com:", outside.strip())
+        assert "exit code 2" in outside  # getent's "not found": NXDOMAIN, no timeout
