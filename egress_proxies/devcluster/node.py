@@ -51,6 +51,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # the kubelet at fixed paths.
 PRIVATE_DIRS = ("/run", "/var/lib/cni", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
 IMAGES = ("pause", "squid")
+# Imported too when `tools/images.sh` has built it (it needs the pulumi builds).
+OPTIONAL_IMAGES = ("operator",)
 
 Progress = Callable[[str], None]
 
@@ -67,6 +69,11 @@ def cgroup_name(state_dir: Path) -> str:
 def image_ref(image: str) -> str:
     """The local name of an image built by `tools/images.sh`."""
     return _image_file(f"{image}.ref").read_text().strip()
+
+
+def has_image(image: str) -> bool:
+    """Whether `tools/images.sh` has built the image."""
+    return (toolchain.cache_dir() / "images" / f"{image}.ref").exists()
 
 
 def _image_file(name: str) -> Path:
@@ -296,7 +303,8 @@ disabled_plugins = [
     async def _import_images(self) -> None:
         ctr = [str(toolchain.find("ctr")), "--address", CONTAINERD_SOCKET, "-n", "k8s.io"]
         present = self._run_in_node([*ctr, "images", "list", "-q"]).split()
-        for image in IMAGES:
+        built = [image for image in OPTIONAL_IMAGES if has_image(image)]
+        for image in (*IMAGES, *built):
             ref = image_ref(image)
             if ref in present:
                 continue
