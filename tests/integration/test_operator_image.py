@@ -6,6 +6,8 @@ own config (entrypoint, environment, user), as containerd makes one, and run
 with runc under the operator Deployment's constraints: a read-only root and
 a tmpfs at /tmp (its `HOME`). Everything is compared with deploy/image.env,
 the list deploy/Dockerfile is held to by tests/unit/test_image_recipe.py.
+Last, the image runs as a pod on a dev cluster's real node, with the
+security contexts of deploy/base's Deployment, in a `restricted` namespace.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ import stat
 import subprocess
 import tarfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from egress_proxies import toolchain
+from egress_proxies.devcluster import KubeClient
+from egress_proxies.devcluster.node import image_ref
+from harness.cluster import ClusterHandle, wait_for
+from tests.conftest import RESTRICTED, create_namespace, supervised_cluster
 from tests.operator_image import ROOT, image_env, image_spec
 
 SPEC = image_spec()
@@ -195,3 +202,91 @@ def test_pulumi_and_its_kubernetes_plugin_run_in_the_image(bundle: Path) -> None
     schema = in_image(bundle, "pulumi", "package", "get-schema", "pulumi-resource-kubernetes")
     assert schema.returncode == 0, schema.stderr
     assert json.loads(schema.stdout)["version"] == pinned["PULUMI_KUBERNETES_VERSION"].lstrip("v")
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    """A dev cluster with a real node, which imports the operator image at `up`."""
+    with supervised_cluster(tmp_path_factory, "real") as handle:
+        yield handle
+
+
+@pytest.fixture
+async def node_kube(real_node: ClusterHandle) -> AsyncIterator[KubeClient]:
+    async with KubeClient(real_node.credentials) as client:
+        yield client
+
+
+def operator_pod(name: str) -> dict[str, Any]:
+    """Three commands of the image, each a container run as the operator's Deployment runs it."""
+    deployment = yaml.safe_load((ROOT / "deploy" / "base" / "deployment.yaml").read_text())
+    template = deployment["spec"]["template"]["spec"]
+    (operator,) = template["containers"]
+    image = image_ref("operator")
+
+    def container(name: str, **command: list[str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": image,
+            "imagePullPolicy": "Never",
+            **command,
+            "env": [e for e in operator["env"] if e["name"] == "HOME"],
+            "securityContext": operator["securityContext"],
+            "volumeMounts": [m for m in operator["volumeMounts"] if m["name"] == "tmp"],
+        }
+
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": template["securityContext"],
+            "containers": [
+                container("operator", args=["--help"]),
+                container("pulumi", command=["/usr/bin/tini", "--", "pulumi", "version"]),
+                container("client", command=["egress-proxies-client", "--help"]),
+            ],
+            "volumes": [v for v in template["volumes"] if v["name"] == "tmp"],
+        },
+    }
+
+
+def logs(cluster: ClusterHandle, namespace: str, pod: str, container: str) -> str:
+    done = subprocess.run(
+        [str(toolchain.find("kubectl")), "-n", namespace, "logs", pod, "-c", container],
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_the_image_runs_as_a_pod_on_the_real_node(
+    real_node: ClusterHandle, node_kube: KubeClient, request: pytest.FixtureRequest
+) -> None:
+    namespace = await create_namespace(node_kube, request, RESTRICTED)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    await node_kube.create(path, operator_pod("operator-image"))
+
+    async def finished() -> dict[str, Any] | None:
+        pod = await node_kube.get(f"{path}/operator-image")
+        return pod if pod["status"].get("phase") in {"Succeeded", "Failed"} else None
+
+    pod = await wait_for(finished, timeout=120, interval=0.5)
+    exits = {
+        s["name"]: s["state"]["terminated"]["exitCode"] for s in pod["status"]["containerStatuses"]
+    }
+    assert exits == {"operator": 0, "pulumi": 0, "client": 0}
+    assert logs(real_node, namespace, "operator-image", "operator").startswith(
+        "usage: egress-proxies"
+    )
+    assert (
+        logs(real_node, namespace, "operator-image", "pulumi").strip()
+        == versions()["PULUMI_VERSION"]
+    )
+    assert logs(real_node, namespace, "operator-image", "client").startswith(
+        "usage: egress-proxies-client"
+    )
+    await node_kube.delete(f"/api/v1/namespaces/{namespace}")
