@@ -19,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -37,6 +38,9 @@ from tests.operator_image import ROOT, image_env, image_spec
 SPEC = image_spec()
 IMAGES = toolchain.cache_dir() / "images"
 UID, GID = (int(part) for part in SPEC["IMAGE_USER"].split(":"))
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+CLIENT_PYPROJECT = ROOT / "clients" / "python" / "pyproject.toml"
+CLIENT_VERSION = tomllib.loads(CLIENT_PYPROJECT.read_text())["project"]["version"]
 
 
 def tool(name: str) -> str:
@@ -122,7 +126,9 @@ def test_the_archive_is_named_and_configured_as_deploy_image_env(archive: Path) 
     tags, config = archive_image(archive)
     ref = (IMAGES / "operator.ref").read_text().strip()
     assert tags == [ref]
-    assert re.fullmatch(r"localhost/egress-proxies/operator:0\.1\.0-[0-9a-f]{12}", ref), ref
+    assert re.fullmatch(
+        rf"localhost/egress-proxies/operator:{re.escape(VERSION)}-[0-9a-f]{{12}}", ref
+    )
     assert config["Entrypoint"] == entrypoint()
     assert config["Cmd"] == SPEC["IMAGE_CMD"].split()
     assert config["User"] == SPEC["IMAGE_USER"]
@@ -163,6 +169,36 @@ def test_the_rootfs_has_the_listed_layout(bundle: Path) -> None:
     assert list((rootfs / "tmp").iterdir()) == []
     writable = [p for p in (rootfs / "opt").rglob("*") if p.lstat().st_mode & stat.S_IWOTH]
     assert writable == []
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_distribution_in_the_venv_is_the_one_constraints_txt_pins(bundle: Path) -> None:
+    pins = dict(
+        (normalized(name), version)
+        for name, version in re.findall(
+            r"^([\w.-]+)==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE
+        )
+    )
+    site = (
+        bundle / "rootfs" / SPEC["IMAGE_VENV"].lstrip("/") / "lib" / "python3.11" / "site-packages"
+    )
+    installed = dict(
+        (normalized(name), version)
+        for name, version in (
+            p.name.removesuffix(".dist-info").rsplit("-", 1) for p in site.glob("*.dist-info")
+        )
+    )
+    unpinned = {name: v for name, v in installed.items() if pins.get(name) != v}
+    # The two distributions of this repository, and what `python3 -m venv` puts in from Debian.
+    assert unpinned == {
+        "egress-proxies": VERSION,
+        "egress-proxies-client": CLIENT_VERSION,
+        "pip": "23.0.1",
+        "setuptools": "66.1.1",
+    }
 
 
 def test_the_entrypoint_is_the_operator_cli_under_tini(bundle: Path) -> None:
