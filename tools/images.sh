@@ -51,8 +51,8 @@ PAUSE_USER=65535:65535
 IMAGE_SPEC=$REPO_DIR/deploy/image.env
 # shellcheck source-path=SCRIPTDIR source=../deploy/image.env
 . "$IMAGE_SPEC"
-# What the operator image's recipe hashes besides its packages: never the
-# caches a checkout accumulates.
+# Left out of the sources the operator image installs (and its recipe hashes),
+# as deploy/Dockerfile.dockerignore leaves them out: caches a checkout accumulates.
 SOURCE_EXCLUDES=(--exclude=__pycache__ --exclude='*.egg-info' --exclude=build)
 
 LOG_FILE=""
