@@ -100,9 +100,14 @@ ensure_builders() {
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 }
 
-# The version apt would install of a Debian package.
+# The version apt would install of a Debian package. Without apt's package
+# lists there is none, and a recipe hashed without versions would be wrong.
 candidate() {
-    apt-cache policy "$1" | awk '/Candidate:/ {print $2}'
+    local version
+    version=$(apt-cache policy "$1" | awk '/Candidate:/ {print $2}')
+    [[ -n $version && $version != "(none)" ]] ||
+        die "apt has no version of $1 (no package lists?): run apt-get update"
+    printf '%s\n' "$version"
 }
 
 # A Debian version as an image tag ([A-Za-z0-9_.-] only).
