@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds the dev cluster's container images from Debian's packages: nothing is
-# pulled from an image registry. See docs/development.md.
+# Builds the dev cluster's container images from Debian's packages (and the
+# operator's from PyPI and the toolchain): nothing is pulled from an image
+# registry. See docs/development.md.
 #
 #   tools/images.sh [IMAGE...]   build what is missing (all by default)
 #   tools/images.sh --dir        print the directory of the image archives; no build
 #
 # Images: squid (Debian's squid package on a Debian rootfs made by mmdebstrap),
-# pause (tools/images/pause.c, static). Each becomes an OCI image with umoci,
-# then a docker-archive tarball with skopeo, which `ctr images import` reads:
+# pause (tools/images/pause.c, static), operator (deploy/image.env: Debian's
+# python3 and tini, a venv with this repository's packages and their locked
+# dependencies, the pulumi CLI and kubernetes plugin from tools/build.sh, so
+# it needs those built first). Each becomes an OCI image with umoci, then a
+# docker-archive tarball with skopeo, which `ctr images import` reads:
 #
 #   $CACHE/images/<image>-<recipe>.tar   the archive
 #   $CACHE/images/<image>.tar            symlink to the current one
@@ -15,16 +19,20 @@
 #   $CACHE/images/pause.bin              the pause binary itself (the node namespace's init)
 #
 # <recipe> hashes this script, the pause source and the Debian package
-# versions the image is made of, so a new squid in Debian is a new image. An
-# archive already there is never rebuilt: delete it to force a rebuild.
+# versions the image is made of, so a new squid in Debian is a new image; for
+# the operator also deploy/image.env, its hook, the Python sources, the
+# constraints and the pulumi builds (their cache paths name version and
+# recipe). An archive already there is never rebuilt: delete it to force a
+# rebuild.
 
 set -euo pipefail
 
 TOOLS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(dirname "$TOOLS_DIR")
 CACHE_ROOT=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}
 IMAGE_DIR=$CACHE_ROOT/images
 LOG_DIR=$CACHE_ROOT/logs
-ALL_IMAGES=(squid pause)
+ALL_IMAGES=(squid pause operator)
 # The image builders, from Debian; installed when missing.
 BUILDER_PACKAGES="mmdebstrap umoci skopeo gcc libc6-dev"
 # The Debian release and archives the squid image's rootfs comes from: the
@@ -39,6 +47,13 @@ SQUID_PACKAGES=squid,ca-certificates
 # The squid image runs as Debian's `proxy` user, as the product's pods do.
 SQUID_USER=13:13
 PAUSE_USER=65535:65535
+# The operator image's contents, shared with deploy/Dockerfile.
+IMAGE_SPEC=$REPO_DIR/deploy/image.env
+# shellcheck source-path=SCRIPTDIR source=../deploy/image.env
+. "$IMAGE_SPEC"
+# Left out of the sources the operator image installs (and its recipe hashes),
+# as deploy/Dockerfile.dockerignore leaves them out: caches a checkout accumulates.
+SOURCE_EXCLUDES=(--exclude=__pycache__ --exclude='*.egg-info' --exclude=build)
 
 LOG_FILE=""
 WORK=""
@@ -85,9 +100,14 @@ ensure_builders() {
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 }
 
-# The version apt would install of a Debian package.
+# The version apt would install of a Debian package. Without apt's package
+# lists there is none, and a recipe hashed without versions would be wrong.
 candidate() {
-    apt-cache policy "$1" | awk '/Candidate:/ {print $2}'
+    local version
+    version=$(apt-cache policy "$1" | awk '/Candidate:/ {print $2}')
+    [[ -n $version && $version != "(none)" ]] ||
+        die "apt has no version of $1 (no package lists?): run apt-get update"
+    printf '%s\n' "$version"
 }
 
 # A Debian version as an image tag ([A-Za-z0-9_.-] only).
@@ -95,11 +115,32 @@ as_tag() {
     tr '+~:' '---' <<<"$1"
 }
 
+# image_ref IMAGE RECIPE_ID
 image_ref() {
     case $1 in
     squid) printf 'localhost/egress-proxies/squid:%s' "$(as_tag "$(candidate squid)")" ;;
-    pause) printf 'localhost/egress-proxies/pause:%s' "$(recipe_id pause)" ;;
+    pause) printf 'localhost/egress-proxies/pause:%s' "$2" ;;
+    operator) printf 'localhost/egress-proxies/operator:%s-%s' "$(project_version)" "$2" ;;
     esac
+}
+
+project_version() {
+    sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO_DIR/pyproject.toml" | head -n1
+}
+
+# The toolchain's pulumi build of BINARY (its path names version and recipe).
+pulumi_build() {
+    local link
+    link=$(bash "$TOOLS_DIR/build.sh" --bin-dir)/$1
+    [[ -x $link ]] || die "the operator image needs $link: run tools/build.sh first"
+    readlink -f "$link"
+}
+
+# IMAGE_SOURCES as a tar stream, the caches left out: what the image's pip installs.
+operator_sources() {
+    # shellcheck disable=SC2086 # a list of paths
+    tar -C "$REPO_DIR" "${SOURCE_EXCLUDES[@]}" --sort=name --mtime=@0 --owner=0 --group=0 \
+        --numeric-owner -cf - $IMAGE_SOURCES
 }
 
 recipe_id() {
@@ -111,6 +152,14 @@ recipe_id() {
             for pkg in ${SQUID_PACKAGES//,/ }; do printf '%s %s\n' "$pkg" "$(candidate "$pkg")"; done
             ;;
         pause) cat "$TOOLS_DIR/images/pause.c" && gcc --version | head -n1 ;;
+        operator)
+            cat "$IMAGE_SPEC" "$TOOLS_DIR/images/operator-rootfs.sh"
+            printf '%s\n' "${SOURCES[@]}"
+            for pkg in $IMAGE_PACKAGES; do printf '%s %s\n' "$pkg" "$(candidate "$pkg")"; done
+            operator_sources
+            pulumi_build pulumi
+            pulumi_build pulumi-resource-kubernetes
+            ;;
         esac
     } | sha256sum | cut -c1-12
 }
@@ -143,6 +192,31 @@ fill_squid() {
 }
 
 # shellcheck disable=SC2317 # invoked through make_image
+fill_operator() {
+    mkdir "$WORK/src"
+    operator_sources | tar -C "$WORK/src" -xf -
+    run env IMAGE_SPEC="$IMAGE_SPEC" OPERATOR_SOURCES="$WORK/src" \
+        PULUMI_CLI="$(pulumi_build pulumi)" \
+        PULUMI_PLUGIN_KUBERNETES="$(pulumi_build pulumi-resource-kubernetes)" \
+        mmdebstrap --variant=essential --include="${IMAGE_PACKAGES// /,}" \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --customize-hook="bash '$TOOLS_DIR/images/operator-rootfs.sh' \"\$1\"" \
+        "$SUITE" "$1" "${SOURCES[@]}"
+    rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*
+}
+
+# The operator image's config flags, from deploy/image.env.
+operator_config() {
+    local word
+    printf '%s\n' --config.user="$IMAGE_USER"
+    for word in $IMAGE_ENTRYPOINT; do printf '%s\n' --config.entrypoint="$word"; done
+    for word in $IMAGE_CMD; do printf '%s\n' --config.cmd="$word"; done
+    for word in $IMAGE_ENV; do printf '%s\n' --config.env="$word"; done
+    for word in $IMAGE_PORTS; do printf '%s\n' --config.exposedports="$word/tcp"; done
+}
+
+# shellcheck disable=SC2317 # invoked through make_image
 fill_pause() {
     mkdir -p "$1"
     run gcc -static -Os -s -o "$1/pause" "$TOOLS_DIR/images/pause.c"
@@ -154,7 +228,7 @@ fill_pause() {
 ensure_image() {
     local name=$1 id ref out start
     id=$(recipe_id "$name")
-    ref=$(image_ref "$name")
+    ref=$(image_ref "$name" "$id")
     out=$IMAGE_DIR/$name-$id.tar
     if [[ -s $out ]]; then
         log "$ref: cached"
@@ -174,6 +248,11 @@ ensure_image() {
         pause)
             make_image pause "$ref" fill_pause "$out" --config.user="$PAUSE_USER" \
                 --config.entrypoint=/pause
+            ;;
+        operator)
+            local -a config
+            mapfile -t config < <(operator_config)
+            make_image operator "$ref" fill_operator "$out" "${config[@]}"
             ;;
         esac
         rm -rf "$WORK"

@@ -61,6 +61,8 @@ IMAGES = ("pause", "squid")
 STATE_VOLUME_PATH = "/var/lib/egress-proxies-state"
 # The operator image's user, who owns its state.
 OPERATOR_UID = 65532
+# Imported too when `tools/images.sh` has built it (it needs the pulumi builds).
+OPTIONAL_IMAGES = ("operator",)
 
 Progress = Callable[[str], None]
 
@@ -77,6 +79,11 @@ def cgroup_name(state_dir: Path) -> str:
 def image_ref(image: str) -> str:
     """The local name of an image built by `tools/images.sh`."""
     return _image_file(f"{image}.ref").read_text().strip()
+
+
+def has_image(image: str) -> bool:
+    """Whether `tools/images.sh` has built the image."""
+    return (toolchain.cache_dir() / "images" / f"{image}.ref").exists()
 
 
 def _image_file(name: str) -> Path:
@@ -323,7 +330,8 @@ disabled_plugins = [
     async def _import_images(self) -> None:
         ctr = [str(toolchain.find("ctr")), "--address", CONTAINERD_SOCKET, "-n", "k8s.io"]
         present = self._run_in_node([*ctr, "images", "list", "-q"]).split()
-        for image in IMAGES:
+        built = [image for image in OPTIONAL_IMAGES if has_image(image)]
+        for image in (*IMAGES, *built):
             ref = image_ref(image)
             if ref in present:
                 continue
