@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench.pools [--replicas 20] [--repeat 2]
 
-Starts a dev cluster (each Squid pod a real container on its real node), an origin the health probes fetch through the proxies, and the real
+Starts a dev cluster (each Squid pod a real container on its real node), an
+origin the health probes fetch through the proxies, and the real
 operator (`egress-proxies run`, concurrency 4). In one run:
 
 1. One Proxy, applied alone, from the create call to phase Ready (a warm-up

@@ -7,7 +7,7 @@
 #   tools/images.sh --dir        print the directory of the image archives; no build
 #
 # Images: squid (Debian's squid package on a Debian rootfs made by mmdebstrap),
-# pause (tools/images/pause.c, static), operator (deploy/image.env: Debian's
+# redis (Debian's redis-server, for deploy/components/trial-redis), pause (tools/images/pause.c, static), operator (deploy/image.env: Debian's
 # python3 and tini, a venv with this repository's packages and their locked
 # dependencies, the pulumi CLI and kubernetes plugin from tools/build.sh, so
 # it needs those built first). Each becomes an OCI image with umoci, then a
@@ -32,7 +32,7 @@ REPO_DIR=$(dirname "$TOOLS_DIR")
 CACHE_ROOT=${EGRESS_PROXIES_CACHE:-$HOME/.cache/egress-proxies}
 IMAGE_DIR=$CACHE_ROOT/images
 LOG_DIR=$CACHE_ROOT/logs
-ALL_IMAGES=(squid pause operator)
+ALL_IMAGES=(squid redis pause operator)
 # The image builders, from Debian; installed when missing.
 BUILDER_PACKAGES="mmdebstrap umoci skopeo gcc libc6-dev"
 # The Debian release and archives the squid image's rootfs comes from: the
@@ -46,6 +46,9 @@ SOURCES=(
 SQUID_PACKAGES=squid,ca-certificates
 # The squid image runs as Debian's `proxy` user, as the product's pods do.
 SQUID_USER=13:13
+REDIS_PACKAGES=redis-server
+# The trial Redis runs as 999 (deploy/components/trial-redis sets it too).
+REDIS_USER=999:999
 PAUSE_USER=65535:65535
 # The operator image's contents, shared with deploy/Dockerfile.
 IMAGE_SPEC=$REPO_DIR/deploy/image.env
@@ -119,6 +122,7 @@ as_tag() {
 image_ref() {
     case $1 in
     squid) printf 'localhost/egress-proxies/squid:%s' "$(as_tag "$(candidate squid)")" ;;
+    redis) printf 'localhost/egress-proxies/redis:%s' "$(as_tag "$(candidate redis-server)")" ;;
     pause) printf 'localhost/egress-proxies/pause:%s' "$2" ;;
     operator) printf 'localhost/egress-proxies/operator:%s-%s' "$(project_version)" "$2" ;;
     esac
@@ -150,6 +154,10 @@ recipe_id() {
         squid)
             printf '%s\n' "${SOURCES[@]}" "$SQUID_PACKAGES"
             for pkg in ${SQUID_PACKAGES//,/ }; do printf '%s %s\n' "$pkg" "$(candidate "$pkg")"; done
+            ;;
+        redis)
+            printf '%s\n' "${SOURCES[@]}" "$REDIS_PACKAGES"
+            printf '%s %s\n' redis-server "$(candidate redis-server)"
             ;;
         pause) cat "$TOOLS_DIR/images/pause.c" && gcc --version | head -n1 ;;
         operator)
@@ -188,6 +196,15 @@ fill_squid() {
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         "$SUITE" "$1" "${SOURCES[@]}"
     # apt's lists and caches are not part of the image.
+    rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*
+}
+
+# shellcheck disable=SC2317 # invoked through make_image
+fill_redis() {
+    run mmdebstrap --variant=essential --include="$REDIS_PACKAGES" \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        "$SUITE" "$1" "${SOURCES[@]}"
     rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*
 }
 
@@ -244,6 +261,10 @@ ensure_image() {
                 --config.entrypoint=/usr/sbin/squid --config.cmd=-NYC \
                 --config.cmd=-f --config.cmd=/etc/squid/squid.conf \
                 --config.exposedports=3128/tcp
+            ;;
+        redis)
+            make_image redis "$ref" fill_redis "$out" --config.user="$REDIS_USER" \
+                --config.cmd=redis-server --config.exposedports=6379/tcp
             ;;
         pause)
             make_image pause "$ref" fill_pause "$out" --config.user="$PAUSE_USER" \

@@ -61,8 +61,8 @@ IMAGES = ("pause", "squid")
 STATE_VOLUME_PATH = "/var/lib/egress-proxies-state"
 # The operator image's user, who owns its state.
 OPERATOR_UID = 65532
-# Imported too when `tools/images.sh` has built it (it needs the pulumi builds).
-OPTIONAL_IMAGES = ("operator",)
+# Imported too when `tools/images.sh` has built them (the operator needs the pulumi builds).
+OPTIONAL_IMAGES = ("operator", "redis")
 
 Progress = Callable[[str], None]
 

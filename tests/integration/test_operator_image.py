@@ -32,7 +32,7 @@ from egress_proxies import toolchain
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.node import image_ref
 from harness.cluster import ClusterHandle, wait_for
-from tests.conftest import RESTRICTED, create_namespace, supervised_cluster
+from tests.conftest import RESTRICTED, create_namespace
 from tests.operator_image import ROOT, image_env, image_spec
 
 SPEC = image_spec()
@@ -251,11 +251,10 @@ def test_pulumi_and_its_kubernetes_plugin_run_in_the_image(bundle: Path) -> None
     assert json.loads(schema.stdout)["version"] == pinned["PULUMI_KUBERNETES_VERSION"].lstrip("v")
 
 
-@pytest.fixture(scope="module")
-def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    """A dev cluster with a real node, which imports the operator image at `up`."""
-    with supervised_cluster(tmp_path_factory, "real") as handle:
-        yield handle
+@pytest.fixture
+def real_node(dev_cluster: ClusterHandle) -> ClusterHandle:
+    """The session's dev cluster, whose node imported the operator image at `up`."""
+    return dev_cluster
 
 
 @pytest.fixture
