@@ -47,7 +47,8 @@ declare -A STEP_BINARIES=(
 # shared with other work (load average about 8), measured with this builder
 # on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
 # cache has timed a build of its own.
-declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180)
+declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180
+    [coredns]=365)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No

@@ -352,13 +352,14 @@ async def test_a_pod_resolves_a_service_by_name_through_cluster_dns(
         assert f"nameserver {dns['clusterIP']}\n" in resolv_conf
         assert f"search {node_namespace}.svc.cluster.local svc.cluster.local" in resolv_conf
 
-        def in_pod(*argv: str) -> str:
-            return kubectl(real_node, *exec_, *argv, check=False)
+        async def in_pod(*argv: str) -> str:
+            # In a thread: the origin answers from this test's event loop.
+            return await asyncio.to_thread(kubectl, real_node, *exec_, *argv, check=False)
 
         for name in (f"origin.{node_namespace}.svc", f"origin.{node_namespace}.svc.cluster.local"):
 
             async def resolved(name: str = name) -> str | None:
-                answer = in_pod("getent", "hosts", name)
+                answer = await in_pod("getent", "hosts", name)
                 return answer if answer.split()[:1] == [cluster_ip] else None
 
             # CoreDNS learns of the Service from its watch, within moments.
@@ -373,7 +374,7 @@ async def test_a_pod_resolves_a_service_by_name_through_cluster_dns(
         )
 
         async def reached() -> str | None:
-            status_line = in_pod("bash", "-c", request)
+            status_line = await in_pod("bash", "-c", request)
             return status_line if status_line.startswith("HTTP/1.") else None
 
         status_line = await wait_for(reached, timeout=60, interval=0.5)
@@ -382,6 +383,6 @@ async def test_a_pod_resolves_a_service_by_name_through_cluster_dns(
         assert origin.hits[0] >= 1
 
         # Nothing leaves the machine: a name outside the cluster does not exist.
-        outside = in_pod("getent", "hosts", "example.com")
+        outside = await in_pod("getent", "hosts", "example.com")
         print("getent hosts example.com:", outside.strip())
         assert "exit code 2" in outside  # getent's "not found": NXDOMAIN, no timeout
