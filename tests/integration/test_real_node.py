@@ -7,6 +7,7 @@ the host for what only the host can show.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import os
