@@ -64,8 +64,14 @@ def start_supervised_cluster(
             supervisor.stop()
             raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
         time.sleep(0.2)
+    return supervisor, attach_cluster(state)
+
+
+def attach_cluster(state: Path) -> ClusterHandle:
+    """The handle of a dev cluster already running from `state` (e.g. a test session's)."""
+    layout = StateLayout(state)
     ready = json.loads(layout.ready.read_text())
-    return supervisor, ClusterHandle(
+    return ClusterHandle(
         layout,
         Credentials.from_kubeconfig(layout.kubeconfig),
         host_address=ready.get("host_address", "127.0.0.1"),
