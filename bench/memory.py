@@ -92,7 +92,7 @@ SMOKE = {
     "operator_env": "EGRESS_PROXIES_STACK_WORKER_IDLE=2",
 }
 
-# The figures the report promises, each on a line of its own (tests/e2e/test_bench_smoke.py).
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
 EMPTY_RSS = "operator RSS"
 PER_PROXY = "KiB per Proxy"
 FIGURES = (EMPTY_RSS, PER_PROXY)

@@ -62,7 +62,7 @@ POLL_SECONDS = 0.5
 TIMEOUT_SECONDS = 900.0
 SMOKE = {"replicas": 2, "repeat": 1}
 
-# The figures the report promises, each on a line of its own (tests/e2e/test_bench_smoke.py).
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
 ONE_PROXY = "one Proxy, create to Ready"
 POOL_RATIO = "ratio pool / ideal"
 POOL_PLAIN = "pool / plain"

@@ -102,7 +102,7 @@ STALL_SECONDS = 180.0
 OPERATOR_ENV = {"EGRESS_PROXIES_CONCURRENCY": str(CONCURRENCY)}
 SMOKE = {"repeat": 1, "many": 2, "fleet": 3}
 
-# The figures the report promises, each on a line of its own (tests/e2e/test_bench_smoke.py).
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
 SINGLE_RATIO = "ratio apply->Ready / bare up"
 MANY_RATIO = "ratio at once / ideal"
 PULUMI_PER_PROXY = "pulumi processes per Proxy"
