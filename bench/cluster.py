@@ -36,7 +36,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="run on the dev cluster already running from this state dir instead of a new one",
     )
     parser.add_argument(
-        "--node", help="the new cluster's node (`real` or `loopback`; default: the dev cluster's)"
+        "--node", help="the new cluster's node, as `dev-cluster up --node` takes it (default: its)"
     )
 
 
