@@ -41,8 +41,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from egress_proxies import toolchain
-
 PULUMI = "pulumi"
 KUBERNETES_PLUGIN = "pulumi-resource-kubernetes"
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -52,6 +50,7 @@ _CGROUPS = Path("/sys/fs/cgroup")
 OPERATOR, WORKER, CLI, PLUGIN = "operator", "stack worker", "pulumi CLI", "kubernetes plugin"
 BARE = "bench process (the bare script)"
 CLUSTER, BENCH, OTHERS = "dev cluster", "bench process", "other processes"
+PROVISIONING = (OPERATOR, WORKER, BARE, CLI, PLUGIN)  # one side's kinds
 
 
 class CpuAccountingError(RuntimeError):
@@ -216,7 +215,7 @@ class Window:
 
     def provisioning(self) -> float:
         """The side's own kinds: operator, worker, pulumi CLI, plugin (or the bare script's)."""
-        return sum(self.seconds.get(kind, 0.0) for kind in (OPERATOR, WORKER, BARE, CLI, PLUGIN))
+        return sum(self.seconds.get(kind, 0.0) for kind in PROVISIONING)
 
     def lines(self, per: int, noun: str = "Proxy") -> list[str]:
         """The report: seconds per `noun` by kind, then the sums against the machine."""
@@ -227,16 +226,13 @@ class Window:
         everything = self.named + self.seconds.get(OTHERS, 0.0)
         return [
             f"CPU s per {noun}, by process: {kinds}",
-            f"  provisioning ({', '.join(k for k in self.seconds if k in _SIDE)}): "
+            f"  provisioning ({', '.join(k for k in self.seconds if k in PROVISIONING)}): "
             f"{self.provisioning() / per:.2f} CPU s per {noun}",
             f"  sum of those processes {self.named:.1f} s vs machine busy {busy:.1f} s "
             f"(/proc/stat, {self.machine_total:.1f} s elapsed on all cores): "
             f"{_share(self.named, busy)}; every other process on the machine "
             f"{self.seconds.get(OTHERS, 0.0):.1f} s, all processes {_share(everything, busy)}",
         ]
-
-
-_SIDE = (OPERATOR, WORKER, BARE, CLI, PLUGIN)
 
 
 def _share(part: float, whole: float) -> str:
@@ -290,8 +286,3 @@ def pulumi_groups(label: str) -> Iterator[PulumiGroups]:
             plugin.remove()
     finally:
         cli.remove()
-
-
-def plugin_path() -> Path:
-    """The real kubernetes plugin, as pulumi would find it on the tool PATH."""
-    return toolchain.find(KUBERNETES_PLUGIN)
