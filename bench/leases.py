@@ -1,6 +1,7 @@
 """Discovery API benchmark: lease + release throughput and latency over loopback HTTP.
 
     .venv/bin/python -m bench.leases [--clients 64] [--pairs 40] [--rounds 5] [--profile [N]]
+        [--smoke]
 
 A server process (as in production, where crawlers run elsewhere) serves a
 trivial aiohttp handler and the discovery API over 100, 1,000 and 10,000
@@ -43,6 +44,8 @@ of it and the cyclic garbage collector's (timed through `gc.callbacks`; a full
 collection lands in whichever round is running, so it shows in one round's
 figure and the median mostly leaves it out).
 
+`--smoke`: 4 clients, 5 pairs each, one round, in seconds.
+
 `--profile` then runs one more round of lease+release pairs at 1,000 proxies
 and one of trivial requests, each under cProfile in the server process (after
 the measured rounds, so the numbers above stay unprofiled), and prints each
@@ -84,6 +87,17 @@ from egress_proxies.telemetry.tracing import Spans
 from harness.redis import RedisServer
 
 FLEET_SIZES = (100, 1_000, 10_000)
+SMOKE = {"clients": 4, "pairs": 5, "rounds": 1}
+
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
+PAIRS_RATIO = "pairs ÷ trivial requests"
+REQUEST_CPU = "lease API request CPU ÷ trivial"
+SCALING = "10,000 ÷ 100 proxies"
+LEASE_P99 = "lease, as clients see it"
+FLOOR_RATIO = "aiohttp alone ÷ trivial"
+REDIS_RATIO = "pairs/s (≥ 0.6)"
+ROUND_TRIPS = "round trips to Redis per acquire + release"
+FIGURES = (PAIRS_RATIO, REQUEST_CPU, SCALING, LEASE_P99, FLOOR_RATIO, REDIS_RATIO, ROUND_TRIPS)
 REDIS = "redis"  # the 1,000-proxy app over the Redis store
 TIMED = "timed"  # the 1,000-proxy app with the in-server timing, measured on its own
 FLOOR = "floor"  # aiohttp alone answering the lease and release requests' shapes
@@ -487,7 +501,7 @@ def report(
         print(scenario.row(f"lease+release, {size:,}"))
     print("ratios (1,000 proxies)            wall clock   server CPU")
     print(
-        f"  pairs ÷ trivial requests (≥ 0.5)    {thousand.rate / trivial.rate:5.2f}"
+        f"  {PAIRS_RATIO} (≥ 0.5)    {thousand.rate / trivial.rate:5.2f}"
         f"       {trivial.cpu / thousand.cpu:5.2f}   (a pair is 2 requests: at most 0.5)"
     )
     print(
@@ -495,15 +509,15 @@ def report(
         f"       {2 * trivial.cpu / thousand.cpu:5.2f}"
     )
     print(
-        f"  lease API request CPU ÷ trivial (≤ 1.5)         {thousand.cpu / (2 * trivial.cpu):5.2f}"
+        f"  {REQUEST_CPU} (≤ 1.5)         {thousand.cpu / (2 * trivial.cpu):5.2f}"
         "   (the per-request ratio inverted)"
     )
     print(
-        f"  10,000 ÷ 100 proxies (≥ 0.7)        {pairs[10_000].rate / pairs[100].rate:5.2f}"
+        f"  {SCALING} (≥ 0.7)        {pairs[10_000].rate / pairs[100].rate:5.2f}"
         f"       {pairs[100].cpu / pairs[10_000].cpu:5.2f}"
     )
     print("p99 latency (1,000 proxies)")
-    print(f"  lease, as clients see it (≤ 10 ms)  {p99(lease_latency) * 1e3:6.2f} ms")
+    print(f"  {LEASE_P99} (≤ 10 ms)  {p99(lease_latency) * 1e3:6.2f} ms")
     print(f"  trivial, as clients see it          {p99(trivial_latency) * 1e3:6.2f} ms")
     print(f"  lease route, inside the server      {p99(handler_times) * 1e3:6.2f} ms")
 
@@ -513,7 +527,7 @@ def report_floor(trivial: Scenario, floor: Scenario, thousand: Scenario) -> None
     print(floor.row("aiohttp alone, a pair"))
     print("server CPU per request, same requests (1,000 proxies)")
     print(
-        f"  aiohttp alone ÷ trivial (the floor)          {floor.cpu / (2 * trivial.cpu):5.2f}"
+        f"  {FLOOR_RATIO} (the floor)          {floor.cpu / (2 * trivial.cpu):5.2f}"
         "   (a body to read, a dynamic route, a bigger answer)"
     )
     print(
@@ -531,14 +545,14 @@ def report_redis(memory: Scenario, on_redis: Scenario, redis_cpu: float, sent: l
     )
     print("Redis store ÷ memory store (1,000 proxies)  wall clock   server CPU")
     print(
-        f"  pairs/s (≥ 0.6)                            {on_redis.rate / memory.rate:5.2f}"
+        f"  {REDIS_RATIO}                            {on_redis.rate / memory.rate:5.2f}"
         f"       {memory.cpu / on_redis.cpu:5.2f}"
         f"   (with redis-server's CPU: {memory.cpu / (on_redis.cpu + redis_cpu):.2f})"
     )
     evalsha = sent.count("EVALSHA")
     others = sorted(set(sent) - {"EVALSHA"})
     print(
-        f"round trips to Redis per acquire + release: {len(sent) / ROUND_TRIP_PAIRS:.2f} "
+        f"{ROUND_TRIPS}: {len(sent) / ROUND_TRIP_PAIRS:.2f} "
         f"({evalsha} EVALSHA for {ROUND_TRIP_PAIRS} pairs; target 2: one each)"
         + (f"; also {others}" if others else "")
     )
@@ -559,7 +573,10 @@ def main() -> None:
         metavar="N",
         help="then profile the server (cProfile) and print its top N functions",
     )
+    parser.add_argument("--smoke", action="store_true", help=f"a quick run: {SMOKE}")
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     ours, theirs = multiprocessing.Pipe()
     with RedisServer() as redis:
         server = multiprocessing.get_context("spawn").Process(

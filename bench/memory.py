@@ -26,7 +26,9 @@ operator's namespace is deleted when it is done (finalizers stripped), so
 the next one starts beside no leftover pods.
 
     .venv/bin/python -m bench.memory [--counts 100,300] [--kinds external,managed]
-        [--baseline-env NAME=VALUE]
+        [--baseline-env NAME=VALUE] [--smoke] [--cluster STATE_DIR]
+
+`--smoke`: 2 Proxies of each kind, in a minute or two.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cluster import (
+    BenchCluster,
+    add_cluster_arguments,
+    create_namespace,
+    delete_namespace,
+    dev_cluster,
+)
 from bench.reconcile import (
     OPERATOR_ENV,
     POLL_MANY,
@@ -55,8 +64,6 @@ from bench.reconcile import (
     Descendants,
     Progress,
     Rss,
-    create_namespace,
-    dev_cluster,
     operator_pid,
     phase,
     rss_kib,
@@ -64,17 +71,31 @@ from bench.reconcile import (
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
-from egress_proxies.model import GROUP, VERSION
+from egress_proxies.devcluster.node import image_ref
+from egress_proxies.model import GROUP, VERSION, ProxySpec
+from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
+from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, pod_spec
 from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
 from egress_proxies.telemetry.memory import FRAMES_ENV
 from harness.cluster import wait_for
-from harness.operator import OperatorProcess, new_operator, proxy_path
+from harness.operator import OperatorProcess, proxy_path
 from harness.origins import serve_origin
 
 OPEN_SQUID = "http_port 3128\nhttp_access allow all\n"
 TOP_SITES = 15
 WORKER_WAIT_SECONDS = 120.0
 PEAK_INTERVAL = 0.5
+# Two of each kind; the idle stack worker exits after 2 s instead of 30 before a reading.
+SMOKE = {
+    "counts": "2",
+    "kinds": "external,managed",
+    "operator_env": "EGRESS_PROXIES_STACK_WORKER_IDLE=2",
+}
+
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
+EMPTY_RSS = "operator RSS"
+PER_PROXY = "KiB per Proxy"
+FIGURES = (EMPTY_RSS, PER_PROXY)
 
 
 def workers(pid: int) -> list[int]:
@@ -157,32 +178,38 @@ def proxy_body(name: str, kind: str, endpoint: str, health_url: str) -> dict[str
 
 
 async def open_squid(kube: KubeClient, namespace: str) -> str:
-    """An open Squid pod for the External Proxies to point at; its pod IP."""
+    """An open Squid pod for the External Proxies to point at; its pod IP.
+
+    The product's pod spec on the operators' squid image, with a squid.conf that
+    lets everyone through (an External Proxy here has no credentials).
+    """
     base = f"/api/v1/namespaces/{namespace}"
     await kube.create(
-        f"{base}/configmaps", {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID}}
+        f"{base}/configmaps",
+        {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID + CONTAINER_DIRECTIVES}},
     )
-    container = {
-        "name": "squid",
-        "image": "ubuntu/squid:6.10-24.10_beta",
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/squid/squid.conf", "subPath": "squid.conf"}
-        ],
-    }
-    pod = {
-        "metadata": {"name": "open-squid"},
-        "spec": {
-            "containers": [container],
-            "volumes": [{"name": "config", "configMap": {"name": "open"}}],
-        },
-    }
+    await kube.create(
+        f"{base}/secrets", {"metadata": {"name": "open-auth"}, "stringData": {"passwd": ""}}
+    )
+    spec = ProxySpec.model_validate(
+        {"provider": "kubernetes", "kubernetes": {"image": image_ref("squid")}}
+    )
+    inputs = ProgramInputs(
+        namespace=namespace,
+        name="open-squid",
+        uid="open-squid",
+        instance_name="open-squid",
+        spec=spec,
+        credentials=ProxyCredentials("unused", "unused"),
+    )
+    pod = {"metadata": {"name": "open-squid"}, "spec": pod_spec(inputs, "open-auth", "open")}
     await kube.create(f"{base}/pods", pod)
 
     async def ip() -> str | None:
         status = (await kube.get(f"{base}/pods/open-squid")).get("status") or {}
         return status.get("podIP") if status.get("phase") == "Running" else None
 
-    return await wait_for(ip, timeout=60)
+    return await wait_for(ip, timeout=120)
 
 
 async def apply_until_ready(
@@ -290,6 +317,7 @@ class Readings:
 
 
 async def measure_kind(
+    cluster: BenchCluster,
     kube: KubeClient,
     kind: str,
     counts: list[int],
@@ -310,7 +338,8 @@ async def measure_kind(
         env = env | {TRACEMALLOC_ENV: str(snapshots), FRAMES_ENV: str(args.tracemalloc_frames)}
     readings = Readings(label)
     name = f"{kind} ({label})"
-    with running(new_operator(kube_config(args), namespace, work, env), processes) as op:
+    with running(cluster, namespace, work, processes, env) as metered:
+        op = metered.process
         await wait_operator_up(op)
         await asyncio.sleep(SETTLE_SECONDS)
         pid = operator_pid(op)
@@ -359,16 +388,6 @@ async def measure_kind(
     return readings
 
 
-async def delete_namespace(kube: KubeClient, namespace: str) -> None:
-    """Strip the Proxies' finalizers (their operator is stopped) and delete the namespace."""
-    for item in (await kube.get(proxy_path(namespace)))["items"]:
-        if item["metadata"].get("finalizers"):
-            await kube.patch(
-                proxy_path(namespace, item["metadata"]["name"]), {"metadata": {"finalizers": None}}
-            )
-    await kube.delete(f"/api/v1/namespaces/{namespace}")
-
-
 def compare(kind: str, ours: Readings, baseline: Readings) -> None:
     """Print this operator's readings ÷ the baseline's."""
     parts = [f"empty {ours.empty / baseline.empty:.2f}"]
@@ -380,20 +399,13 @@ def compare(kind: str, ours: Readings, baseline: Readings) -> None:
     print(f"{kind}: this ÷ baseline: " + "; ".join(parts), flush=True)
 
 
-def kube_config(args: argparse.Namespace) -> Path:
-    """The dev cluster's kubeconfig (set once the cluster is up)."""
-    path: Path = args.kubeconfig
-    return path
-
-
 async def measure(
     args: argparse.Namespace, root: Path, progress: Progress, processes: Descendants
 ) -> None:
     """Every kind on one dev cluster under `root`."""
-    progress("starting the dev cluster")
-    with dev_cluster(root / "cluster") as handle:
-        args.kubeconfig = handle.kubeconfig
-        async with KubeClient(handle.credentials) as kube, serve_origin() as origin:
+    progress("starting the dev cluster" if args.cluster is None else "using the dev cluster")
+    with dev_cluster(args, root / "cluster") as cluster:
+        async with KubeClient(cluster.handle.credentials) as kube, serve_origin() as origin:
             squid_namespace = await create_namespace(kube, "bench-mem-squid")
             endpoint = await open_squid(kube, squid_namespace)
             env = dict(OPERATOR_ENV) | dict(item.split("=", 1) for item in args.operator_env)
@@ -404,6 +416,7 @@ async def measure(
                     variants.insert(0, ("baseline", baseline))
                 readings = [
                     await measure_kind(
+                        cluster,
                         kube,
                         kind,
                         args.counts,
@@ -420,7 +433,8 @@ async def measure(
                 ]
                 if len(readings) == 2:
                     compare(kind, readings[1], readings[0])
-        progress("stopping the dev cluster")
+            await delete_namespace(kube, squid_namespace)
+        progress("done with the dev cluster")
 
 
 def main() -> None:
@@ -444,7 +458,12 @@ def main() -> None:
         default=[],
         help="NAME=VALUE for a baseline operator measured first in the same run",
     )
+    parser.add_argument("--smoke", action="store_true", help=f"a quick run: {SMOKE}")
+    add_cluster_arguments(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.counts, args.kinds = SMOKE["counts"], SMOKE["kinds"]
+        args.operator_env.append(SMOKE["operator_env"])
     args.counts = sorted(int(count) for count in args.counts.split(","))
     args.kinds = [kind for kind in args.kinds.split(",") if kind]
     if not args.counts or args.counts[0] < 1 or set(args.kinds) - {"external", "managed"}:

@@ -1,10 +1,11 @@
 """Pool benchmark: a ProxyPool scaled 0 → N against N single Proxies' worth of work.
 
-    .venv/bin/python -m bench.pools [--replicas 20] [--repeat 2]
+    .venv/bin/python -m bench.pools [--replicas 20] [--repeat 2] [--smoke]
+        [--cluster STATE_DIR]
 
-Starts a dev cluster (each Squid pod a real container on its real node), an
-origin the health probes fetch through the proxies, and the real
-operator (`egress-proxies run`, concurrency 4). In one run:
+Starts a dev cluster (or uses the running one `--cluster` names), an origin
+the health probes fetch through the proxies, and the real operator
+(`egress-proxies run`, concurrency 4). In one run:
 
 1. One Proxy, applied alone, from the create call to phase Ready (a warm-up
    first, untimed; then the median of `--repeat`).
@@ -17,8 +18,12 @@ operator (`egress-proxies run`, concurrency 4). In one run:
    the pool controller adds over the reconciler's own throughput on this
    machine, whatever its load.
 
-CPU seconds (the operator with its pulumi processes, and the whole machine)
-are printed beside the times. Everything started here is stopped at the end.
+CPU seconds per Proxy are printed beside the times, split by process
+(bench/cpu.py: the operator, its stack worker, the pulumi CLI, the
+kubernetes plugin; the dev cluster, this process and every other process
+apart), with their sum beside the machine's busy CPU (/proc/stat) in the
+same window. `--smoke`: one timed Proxy and a pool of 2, in a minute or so.
+Everything started here is stopped at the end, its namespace deleted.
 """
 
 from __future__ import annotations
@@ -32,29 +37,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.cluster import add_cluster_arguments, create_namespace, delete_namespace, dev_cluster
+from bench.cpu import Window
 from bench.reconcile import (
     CONCURRENCY,
-    OPERATOR_ENV,
+    CPU_BY_PROCESS,
+    CPU_SUM,
     Descendants,
     Progress,
-    Share,
+    SingleRun,
     apply_many,
-    cpu_seconds,
-    create_namespace,
-    dev_cluster,
-    operator_pid,
     operator_run,
     running,
+    summed,
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import POOL_PLURAL
-from harness.operator import new_operator, proxy_path, wait_gone
+from harness.operator import proxy_path, wait_gone
 from harness.origins import serve_origin
 
 POLL_SECONDS = 0.5
 TIMEOUT_SECONDS = 900.0
+SMOKE = {"replicas": 2, "repeat": 1}
+
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
+ONE_PROXY = "one Proxy, create to Ready"
+POOL_RATIO = "ratio pool / ideal"
+POOL_PLAIN = "pool / plain"
+FIGURES = (ONE_PROXY, POOL_RATIO, POOL_PLAIN, CPU_BY_PROCESS, CPU_SUM)
 
 
 async def scale_pool(
@@ -92,17 +104,15 @@ async def measure(
     args: argparse.Namespace, root: Path, progress: Progress, processes: Descendants
 ) -> None:
     """Both phases on one dev cluster and one operator; prints the report."""
-    progress("starting the dev cluster")
-    with dev_cluster(root / "cluster") as handle:
-        async with KubeClient(handle.credentials) as kube, serve_origin() as origin:
+    progress("starting the dev cluster" if args.cluster is None else "using the dev cluster")
+    with dev_cluster(args, root / "cluster") as cluster:
+        async with KubeClient(cluster.handle.credentials) as kube, serve_origin() as origin:
             spec = {"healthCheck": {"url": origin.url, "expectedStatus": 200}}
             namespace = await create_namespace(kube, "bench-pools")
             work = root / "operator"
             work.mkdir()
-            with running(
-                new_operator(handle.kubeconfig, namespace, work, OPERATOR_ENV), processes
-            ) as op:
-                await wait_operator_up(op)
+            with running(cluster, namespace, work, processes) as op:
+                await wait_operator_up(op.process)
                 progress("1. one Proxy: warm-up (untimed)")
                 await operator_run(kube, op, "warm", spec)
                 singles = []
@@ -110,49 +120,52 @@ async def measure(
                     run = await operator_run(kube, op, f"one{index}", spec)
                     singles.append(run)
                     progress(f"  one Proxy run {index + 1}: {run.seconds:.2f} s")
-                one = statistics.median(run.seconds for run in singles)
                 progress(f"3. {args.replicas} plain Proxies applied at once")
                 names = [f"plain{index}" for index in range(args.replicas)]
-                plain_cpu_before, plain_machine_before = (
-                    cpu_seconds(operator_pid(op)),
-                    Share.now(),
-                )
-                plain = await apply_many(kube, op, names, spec, progress)
-                plain_cpu = cpu_seconds(operator_pid(op)) - plain_cpu_before
-                plain_machine = Share.now().since(plain_machine_before)
+                before = op.meter.read()
+                plain = await apply_many(kube, op.process, names, spec, progress)
+                plain_cpu = op.meter.read().since(before)
                 await asyncio.gather(*(kube.delete(proxy_path(namespace, n)) for n in names))
                 for name in names:
                     await wait_gone(kube, proxy_path(namespace, name), timeout=300)
                 progress(f"2. a pool scaled 0 -> {args.replicas}")
-                cpu_before, machine_before = cpu_seconds(operator_pid(op)), Share.now()
+                before = op.meter.read()
                 seconds = await scale_pool(kube, namespace, args.replicas, spec, progress)
-                cpu = cpu_seconds(operator_pid(op)) - cpu_before
-                machine = Share.now().since(machine_before)
+                cpu = op.meter.read().since(before)
                 processes.note()
-        progress("stopping the dev cluster")
+            await delete_namespace(kube, namespace)
+        progress("done with the dev cluster")
+    report(args, singles, seconds, cpu, plain, plain_cpu)
+
+
+def report(
+    args: argparse.Namespace,
+    singles: list[SingleRun],
+    seconds: float,
+    cpu: Window,
+    plain: float,
+    plain_cpu: Window,
+) -> None:
+    """The times, ratios and CPU split."""
+    one = statistics.median(run.seconds for run in singles)
     expected = args.replicas * one / CONCURRENCY
-    print("1. one Proxy, create call to phase Ready")
-    print(
-        f"   {one:6.2f} s  median of {len(singles)} "
-        f"[{', '.join(f'{run.seconds:.2f}' for run in singles)}]; "
-        f"operator CPU {statistics.median(run.cpu_seconds for run in singles):.2f} s"
-    )
+    print(f"1. {ONE_PROXY}: {one:6.2f} s  median of {len(singles)} ", end="")
+    print(f"[{', '.join(f'{run.seconds:.2f}' for run in singles)}]")
+    for line in summed(singles).lines(len(singles)):
+        print(f"   {line}")
     print(f"2. ProxyPool scaled 0 -> {args.replicas}, until status.readyReplicas = {args.replicas}")
     print(
         f"   {seconds:6.2f} s  vs {args.replicas} x {one:.2f} s / concurrency {CONCURRENCY} "
         f"= {expected:.2f} s"
     )
-    print(f"   ratio {seconds / expected:.2f}  (target <= 1.3)")
-    print(
-        f"   CPU: operator + pulumi {cpu:.1f} s ({cpu / args.replicas:.2f} s per Proxy); "
-        f"machine {machine.busy:.1f} s busy of {machine.total:.1f} s ({machine.fraction:.0%})"
-    )
+    print(f"   {POOL_RATIO}: {seconds / expected:.2f}  (target <= 1.3)")
+    print(f"   the machine was {cpu.fraction:.0%} busy meanwhile")
+    for line in cpu.lines(args.replicas):
+        print(f"   {line}")
     print(f"3. {args.replicas} plain Proxies applied at once, until all Ready")
-    print(f"   {plain:6.2f} s; pool ÷ plain: {seconds / plain:.2f}")
-    print(
-        f"   CPU: operator + pulumi {plain_cpu:.1f} s; machine {plain_machine.busy:.1f} s "
-        f"busy of {plain_machine.total:.1f} s ({plain_machine.fraction:.0%})"
-    )
+    print(f"   {plain:6.2f} s; {POOL_PLAIN}: {seconds / plain:.2f}")
+    for line in plain_cpu.lines(args.replicas):
+        print(f"   {line}")
 
 
 def main() -> None:
@@ -160,7 +173,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--replicas", type=int, default=20, help="the pool's size after scaling")
     parser.add_argument("--repeat", type=int, default=2, help="timed single-Proxy runs")
+    parser.add_argument("--smoke", action="store_true", help=f"a quick run: {SMOKE}")
+    add_cluster_arguments(parser)
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.replicas < 1 or args.repeat < 1:
         parser.error("need --replicas >= 1 and --repeat >= 1")
     progress, processes = Progress(), Descendants()

@@ -1,22 +1,23 @@
 """Reconcile benchmark: the operator against a bare Automation API script, on the dev cluster.
 
-    .venv/bin/python -m bench.reconcile [--repeat 3] [--many 50] [--fleet 200]
+    .venv/bin/python -m bench.reconcile [--repeat 3] [--many 50] [--fleet 200] [--smoke]
+        [--cluster STATE_DIR]
 
-Starts a dev cluster (real kube-apiserver; each Squid pod a real container on
-its real node), an origin in this process that the health probes
-fetch through the proxies, and the real operator (`egress-proxies run`,
-concurrency 4, its `pulumi` wrapped to count processes, as in the e2e suite).
-Then, in one run:
+Starts a dev cluster (or uses the running one `--cluster` names), an origin
+in this process that the health probes fetch through the proxies, and the
+real operator (`egress-proxies run`, concurrency 4, its `pulumi` wrapped to
+count processes, as in the e2e suite). Then, in one run:
 
 1. Apply-to-Ready of one Proxy ÷ the same inline program (`squid_pod_program`
-   with the inputs the operator gives it) run by a bare Automation API script:
-   `create_stack` on a fresh file:// backend, `up`, then one health probe
-   through the new proxy. Both sides end at the same point, an authenticated
-   request through the new Squid pod that succeeded: the operator's phase
-   Ready means Provisioned (its `up` returned, and the kubernetes provider
-   awaits the pod's Ready condition) plus a first passing health probe. Each
-   side is warmed up once, untimed; then the median of `--repeat` runs, the
-   two sides alternating (target ≤ 1.3).
+   bound to the inputs the operator gives it, by the operator's own `bind`)
+   run by a bare Automation API script: `create_stack` on a fresh file://
+   backend, `up`, the pod Ready (its name from the program's own
+   `pod_name`), then one health probe through it. Both sides end at the
+   same point, an authenticated request through the new Squid pod that
+   succeeded: the operator's phase Ready means Provisioned (its `up`
+   returned and it saw the pod Ready) plus a first passing health probe.
+   Each side is warmed up once, untimed; then the median of `--repeat` runs,
+   the two sides alternating (target ≤ 1.3).
 2. `--many` Proxies applied at once to a second operator (started afresh,
    then warmed up with one Proxy): wall time until all are Ready ÷ (many *
    one bare run ÷ concurrency) (target ≤ 1.5), and pulumi processes started
@@ -24,11 +25,15 @@ Then, in one run:
 3. That operator's own RSS (VmRSS of its process, children excluded) with 0
    Proxies (before the warm-up) and with `--fleet` Ready Proxies.
 
-CPU seconds are printed beside the times, for each side's processes and for
-the whole machine (/proc/stat): on a small machine many `up`s at once are
-bound by CPU, not by the concurrency setting. Progress goes to stderr,
-results to stdout. Everything started here (the operators, the cluster with
-its squids, pulumi) is stopped at the end, and the temp dir removed.
+CPU seconds per Proxy are printed beside the times, split by process
+(bench/cpu.py: the operator, its stack worker, the pulumi CLI, the
+kubernetes plugin; the dev cluster, this process and every other process
+apart), with their sum beside the machine's busy CPU (/proc/stat) in the
+same window: on a small machine many `up`s at once are bound by CPU, not by
+the concurrency setting. `--smoke`: one run per side, 2 at once, a fleet of
+3, in a minute or two. Progress goes to stderr, results to stdout.
+Everything started here (the operators, the cluster with its squids, pulumi)
+is stopped at the end, its namespaces deleted, and the temp dir removed.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -49,25 +53,34 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pulumi
 from pulumi import automation as auto
 
+from bench.cluster import (
+    BenchCluster,
+    add_cluster_arguments,
+    create_namespace,
+    delete_namespace,
+    dev_cluster,
+)
+from bench.cpu import CpuMeter, PulumiGroups, Window, pulumi_groups
 from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.devcluster import KubeClient
-from egress_proxies.devcluster.cluster import stop as dev_cluster_down
+from egress_proxies.devcluster.node import image_ref
 from egress_proxies.health import HttpProber
-from egress_proxies.model import PROVISIONED, ProxySpec, find_condition
+from egress_proxies.model import PROVISIONED, ProxySpec, find_condition, with_squid_image
 from egress_proxies.operator.reconcile import spec_hash
 from egress_proxies.operator.status import status_of
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name, stack_name
-from egress_proxies.stacks.programs.squid_pod import squid_pod_program
-from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
+from egress_proxies.stacks.outputs import bind
+from egress_proxies.stacks.programs.squid_pod import pod_name, squid_pod_program
+from harness.cluster import wait_for
 from harness.operator import (
     OperatorProcess,
     counting_pulumi_root,
@@ -80,14 +93,23 @@ from harness.operator import (
 from harness.origins import serve_origin
 
 CONCURRENCY = 4  # `egress-proxies run --concurrency`'s default
-POLL_ONE = 0.1  # seconds between reads of one Proxy while timing it
+POLL_ONE = 0.1  # seconds between reads of one Proxy (or pod) while timing it
 POLL_MANY = 1.0  # seconds between lists of the namespace's Proxies
 PROGRESS_EVERY = 15.0
 SETTLE_SECONDS = 5.0
 RSS_SAMPLES = 5
-STOP_GRACE_SECONDS = 60.0
 STALL_SECONDS = 180.0
 OPERATOR_ENV = {"EGRESS_PROXIES_CONCURRENCY": str(CONCURRENCY)}
+SMOKE = {"repeat": 1, "many": 2, "fleet": 3}
+
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
+SINGLE_RATIO = "ratio apply->Ready / bare up"
+MANY_RATIO = "ratio at once / ideal"
+PULUMI_PER_PROXY = "pulumi processes per Proxy"
+RSS_PER_PROXY = "operator RSS per Proxy"
+CPU_BY_PROCESS = "CPU s per Proxy, by process"
+CPU_SUM = "sum of those processes"
+FIGURES = (SINGLE_RATIO, MANY_RATIO, PULUMI_PER_PROXY, RSS_PER_PROXY, CPU_BY_PROCESS, CPU_SUM)
 
 
 class Progress:
@@ -103,39 +125,12 @@ class Progress:
 
 @dataclass(frozen=True)
 class SingleRun:
-    """One timed create-to-Ready: the total, and when the proxy had its address."""
+    """One timed create-to-Ready: the total, when the pod was Ready, and the CPU spent."""
 
     seconds: float
     provisioned_seconds: float
-    cpu_seconds: float  # the measured side's processes
-    machine_cpu_seconds: float  # every process on the machine: the dev cluster's too
+    cpu: Window
     pulumi_calls: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Share:
-    """CPU seconds the whole machine spent busy, of the CPU seconds that passed (all cores)."""
-
-    busy: float
-    total: float
-
-    @classmethod
-    def now(cls) -> Share:
-        """The machine's counters since boot, from /proc/stat."""
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields)
-        busy = user + nice + system + irq + softirq + steal
-        hertz = os.sysconf("SC_CLK_TCK")
-        return cls(busy / hertz, (busy + idle + iowait) / hertz)
-
-    def since(self, earlier: Share) -> Share:
-        """What passed between `earlier` and this reading."""
-        return Share(self.busy - earlier.busy, self.total - earlier.total)
-
-    @property
-    def fraction(self) -> float:
-        """Busy ÷ total."""
-        return self.busy / self.total if self.total else 0.0
 
 
 @dataclass(frozen=True)
@@ -152,42 +147,39 @@ class Rss:
     anonymous: int = 0
 
 
-@contextlib.contextmanager
-def dev_cluster(state: Path) -> Iterator[ClusterHandle]:
-    """A dev cluster whose supervisor is a child of this process (it dies with it)."""
-    supervisor, handle = start_supervised_cluster(state, state / "bench-pids")
-    try:
-        yield handle
-    finally:
-        # `dev-cluster down`: a large fleet can outlast the grace period; then the
-        # supervisor is killed (the kernel takes its children along) and what its pid
-        # files still name is reaped, its pod dirs removed.
-        dev_cluster_down(state, timeout=STOP_GRACE_SECONDS)
-        supervisor.stop()
+@dataclass(frozen=True)
+class MeteredOperator:
+    """A running operator and the meter of its CPU (its pulumi runs in `groups`)."""
+
+    process: OperatorProcess
+    meter: CpuMeter
 
 
 @contextlib.contextmanager
-def running(operator: OperatorProcess, processes: Descendants) -> Iterator[OperatorProcess]:
-    """The operator started, and stopped (SIGTERM, then its process group) on exit."""
-    operator.start()
-    try:
-        yield operator
-    finally:
-        processes.note()  # pulumi runs plugins in their own groups: check them afterwards
-        operator.stop()
-
-
-async def create_namespace(kube: KubeClient, stem: str) -> str:
-    """A fresh namespace, once its default ServiceAccount exists."""
-    name = f"{stem}-{secrets.token_hex(3)}"
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-
-    async def has_account() -> bool:
-        listing = await kube.get(f"/api/v1/namespaces/{name}/serviceaccounts")
-        return any(item["metadata"]["name"] == "default" for item in listing["items"])
-
-    await wait_for(has_account, timeout=60)
-    return name
+def running(
+    cluster: BenchCluster,
+    namespace: str,
+    work: Path,
+    processes: Descendants,
+    env: dict[str, str] | None = None,
+) -> Iterator[MeteredOperator]:
+    """An operator on `namespace`, started, and stopped (SIGTERM, then its group) on exit."""
+    with pulumi_groups("operator") as groups:
+        operator = new_operator(
+            cluster.handle.kubeconfig,
+            namespace,
+            work,
+            OPERATOR_ENV if env is None else env,
+            pulumi_joins=groups.joins(),
+        )
+        operator.start()
+        try:
+            yield MeteredOperator(
+                operator, CpuMeter(cluster.supervisor, groups, operator_pid(operator))
+            )
+        finally:
+            processes.note()  # pulumi runs plugins in their own groups: check them afterwards
+            operator.stop()
 
 
 async def wait_operator_up(operator: OperatorProcess) -> None:
@@ -231,29 +223,16 @@ def operator_pid(operator: OperatorProcess) -> int:
     return operator.child.process.pid
 
 
-def own_cpu_seconds() -> float:
-    """CPU time of this process and of its children that were waited for."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of its children that were waited for (pulumi and its plugins)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 # --- the bare Automation API script ------------------------------------------------------------
 
 
 class BareScript:
     """The inline program run the plainest way: create_stack on a fresh backend, then up."""
 
-    def __init__(self, root: Path, kubeconfig: Path) -> None:
+    def __init__(self, root: Path, kubeconfig: Path, groups: PulumiGroups) -> None:
         self._root = root
         self._calls = root / "pulumi-calls.log"
-        self._pulumi_root = counting_pulumi_root(root / "pulumi-root", self._calls)
+        self._pulumi_root = counting_pulumi_root(root / "pulumi-root", self._calls, groups.joins())
         self._home = root / "pulumi-home"  # shared by every run, like a user's ~/.pulumi
         self._home.mkdir()
         self._kubeconfig = kubeconfig
@@ -263,19 +242,18 @@ class BareScript:
         """Every pulumi command line the bare runs started so far."""
         return self._calls.read_text().splitlines() if self._calls.exists() else []
 
-    def up(self, inputs: ProgramInputs, wanted_hash: str) -> tuple[auto.Stack, dict[str, Any]]:
-        """Create the stack on a backend of its own and `up` it; return it and its outputs."""
+    def up(self, inputs: ProgramInputs) -> auto.Stack:
+        """Create the stack on a backend of its own and `up` the operator's bound program."""
         self._runs += 1
         work = self._root / f"run-{self._runs}"
         backend = work / "backend"
         backend.mkdir(parents=True)
-
-        def program() -> None:
-            squid_pod_program(inputs)
-            pulumi.export("specHash", wanted_hash)
-            pulumi.export("proxyUid", inputs.uid)
-            pulumi.export("provider", str(inputs.spec.provider))
-
+        program = bind(
+            squid_pod_program,
+            inputs,
+            spec_hash=spec_hash(inputs.spec, None),
+            provider=str(inputs.spec.provider),
+        )
         url = f"file://{backend}"
         stack = auto.create_stack(
             stack_name(inputs.namespace, inputs.name),
@@ -299,8 +277,8 @@ class BareScript:
                 pulumi_command=auto.PulumiCommand(root=str(self._pulumi_root)),
             ),
         )
-        result = stack.up(color="never")
-        return stack, {key: output.value for key, output in result.outputs.items()}
+        stack.up(color="never")
+        return stack
 
     @staticmethod
     def destroy(stack: auto.Stack) -> None:
@@ -311,49 +289,60 @@ class BareScript:
 
 
 def bare_inputs(namespace: str, name: str, spec: ProxySpec) -> ProgramInputs:
-    """What the operator would hand the program for a new Proxy with this spec."""
+    """What the operator would hand the program for a new Proxy with this spec.
+
+    The image is the one the bench's operators are given (`--squid-image`).
+    """
     uid = str(uuid.uuid4())
     return ProgramInputs(
         namespace=namespace,
         name=name,
         uid=uid,
         instance_name=instance_name(uid),
-        spec=spec,
+        spec=with_squid_image(spec, image_ref("squid")),
         credentials=ProxyCredentials("crawler", secrets.token_urlsafe(24)),
     )
 
 
+async def ready_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    """The pod once its Ready condition is True (`up` does not wait for it)."""
+
+    async def ready() -> dict[str, Any] | None:
+        pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return pod if is_ready else None
+
+    return await wait_for(ready, timeout=600, interval=POLL_ONE)
+
+
 async def bare_run(
-    bare: BareScript, kube: KubeClient, prober: HttpProber, inputs: ProgramInputs
+    bare: BareScript, kube: KubeClient, prober: HttpProber, inputs: ProgramInputs, meter: CpuMeter
 ) -> SingleRun:
-    """Time create_stack + up + one probe through the new proxy; then destroy, untimed."""
-    calls_before, cpu_before, machine_before = len(bare.calls()), own_cpu_seconds(), Share.now()
+    """Time create_stack + up + the pod Ready + one probe through it; then destroy, untimed."""
+    calls_before, cpu_before = len(bare.calls()), meter.read()
     started = time.perf_counter()
-    stack, outputs = await asyncio.to_thread(bare.up, inputs, spec_hash(inputs.spec, None))
+    stack = await asyncio.to_thread(bare.up, inputs)
+    pod = await ready_pod(kube, inputs.namespace, pod_name(inputs))
     provisioned = time.perf_counter() - started
-    pod = await kube.get(f"/api/v1/namespaces/{inputs.namespace}/pods/{inputs.instance_name}")
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-        raise RuntimeError(f"up returned before pod {inputs.instance_name} was Ready")
     record = ProxyRecord(
         key=proxy_key(inputs.namespace, inputs.name),
         uid=inputs.uid,
         namespace=inputs.namespace,
         name=inputs.name,
         scheme="http",
-        host=outputs["ip"],
-        port=int(outputs["port"]),
+        host=pod["status"]["podIP"],
+        port=inputs.port,
         health_check=inputs.spec.health_check,
         credentials=inputs.credentials,
     )
     result = await prober.probe(record)
-    seconds, cpu = time.perf_counter() - started, own_cpu_seconds() - cpu_before
-    machine = Share.now().since(machine_before)
+    seconds, cpu = time.perf_counter() - started, meter.read().since(cpu_before)
     if not result.ok:
         raise RuntimeError(f"the probe through the bare proxy failed: {result.detail}")
     calls = tuple(bare.calls()[calls_before:])
     await asyncio.to_thread(bare.destroy, stack)
-    return SingleRun(seconds, provisioned, cpu, machine.busy, calls)
+    return SingleRun(seconds, provisioned, cpu, calls)
 
 
 # --- the operator --------------------------------------------------------------------------------
@@ -372,16 +361,16 @@ def failed(body: dict[str, Any]) -> RuntimeError:
 
 
 async def operator_run(
-    kube: KubeClient, operator: OperatorProcess, name: str, spec: dict[str, Any]
+    kube: KubeClient, operator: MeteredOperator, name: str, spec: dict[str, Any]
 ) -> SingleRun:
     """Time one Proxy from its create call to phase Ready; then delete it, untimed."""
-    calls_before = len(operator.pulumi_invocations())
-    cpu_before, machine_before = cpu_seconds(operator_pid(operator)), Share.now()
+    op = operator.process
+    calls_before, cpu_before = len(op.pulumi_invocations()), operator.meter.read()
     started = time.perf_counter()
-    await kube.create(proxy_path(operator.namespace), managed_proxy(name, **spec))
+    await kube.create(proxy_path(op.namespace), managed_proxy(name, **spec))
     provisioned = None
     while True:
-        body = await kube.get(proxy_path(operator.namespace, name))
+        body = await kube.get(proxy_path(op.namespace, name))
         seconds = time.perf_counter() - started
         condition = find_condition(status_of(body).conditions, PROVISIONED)
         if provisioned is None and condition is not None and condition.status == "True":
@@ -393,14 +382,11 @@ async def operator_run(
         if seconds > 600:
             raise RuntimeError(f"Proxy {name} not Ready after 600 s: {body.get('status')}")
         await asyncio.sleep(POLL_ONE)
-    cpu = cpu_seconds(operator_pid(operator)) - cpu_before
-    machine = Share.now().since(machine_before)
-    calls = tuple(operator.pulumi_invocations()[calls_before:])
-    await kube.delete(proxy_path(operator.namespace, name))
-    await wait_gone(kube, proxy_path(operator.namespace, name), timeout=300)
-    return SingleRun(
-        seconds, provisioned if provisioned is not None else seconds, cpu, machine.busy, calls
-    )
+    cpu = operator.meter.read().since(cpu_before)
+    calls = tuple(op.pulumi_invocations()[calls_before:])
+    await kube.delete(proxy_path(op.namespace, name))
+    await wait_gone(kube, proxy_path(op.namespace, name), timeout=300)
+    return SingleRun(seconds, provisioned if provisioned is not None else seconds, cpu, calls)
 
 
 async def apply_many(
@@ -468,7 +454,7 @@ def describe(kinds: Counter[str]) -> str:
 class Cluster:
     """What every phase uses: the dev cluster, an admin client, a prober, the Proxy spec."""
 
-    handle: ClusterHandle
+    bench: BenchCluster
     kube: KubeClient
     prober: HttpProber
     spec: dict[str, Any]  # every Proxy's spec: the health probe fetches the local origin
@@ -488,8 +474,7 @@ class ManyResults:
 
     warm_up_seconds: float
     seconds: float
-    cpu: float  # the operator's and its pulumi processes'
-    machine: Share
+    cpu: Window
     calls: Counter[str]  # during the many, by command
     versions: int  # `pulumi version` over the operator's whole life
 
@@ -499,26 +484,31 @@ async def measure_single(
 ) -> SingleResults:
     """One Proxy at a time: a warm-up each, then `repeat` timed runs per side, alternating."""
     kube = cluster.kube
-    bare = BareScript(root / "bare", cluster.handle.kubeconfig)
     bare_namespace = await create_namespace(kube, "bench-bare")
     namespace = await create_namespace(kube, "bench-single")
     spec = ProxySpec.model_validate(managed_proxy("any", **cluster.spec)["spec"])
     work = root / "operator-single"
     work.mkdir()
-    with running(
-        new_operator(cluster.handle.kubeconfig, namespace, work, OPERATOR_ENV), processes
-    ) as op:
-        await wait_operator_up(op)
+    with (
+        pulumi_groups("bare") as bare_groups,
+        running(cluster.bench, namespace, work, processes) as op,
+    ):
+        bare = BareScript(root / "bare", cluster.bench.handle.kubeconfig, bare_groups)
+        bare_meter = CpuMeter(cluster.bench.supervisor, bare_groups)
+        await wait_operator_up(op.process)
         progress("1. one Proxy: warming up both sides (untimed)")
-        await bare_run(bare, kube, cluster.prober, bare_inputs(bare_namespace, "warm", spec))
+        warm = bare_inputs(bare_namespace, "warm", spec)
+        await bare_run(bare, kube, cluster.prober, warm, bare_meter)
         await operator_run(kube, op, "warm", cluster.spec)
         results = SingleResults([], [])
         for index in range(repeat):
             inputs = bare_inputs(bare_namespace, f"b{index}", spec)
-            results.bare.append(await bare_run(bare, kube, cluster.prober, inputs))
+            results.bare.append(await bare_run(bare, kube, cluster.prober, inputs, bare_meter))
             progress(f"  bare run {index + 1}: {results.bare[-1].seconds:.2f} s")
             results.operator.append(await operator_run(kube, op, f"p{index}", cluster.spec))
             progress(f"  operator run {index + 1}: {results.operator[-1].seconds:.2f} s")
+    await delete_namespace(kube, namespace)
+    await delete_namespace(kube, bare_namespace)
     return results
 
 
@@ -538,26 +528,23 @@ async def measure_fleet(
     namespace = await create_namespace(kube, "bench-fleet")
     work = root / "operator-fleet"
     work.mkdir()
-    with running(
-        new_operator(cluster.handle.kubeconfig, namespace, work, OPERATOR_ENV), processes
-    ) as op:
+    with running(cluster.bench, namespace, work, processes) as metered:
+        op = metered.process
         await wait_operator_up(op)
         await asyncio.sleep(SETTLE_SECONDS)
         progress("3. operator RSS with 0 Proxies")
         rss_zero = await sample_rss(operator_pid(op))
         progress("2. warming the new operator up with one Proxy (untimed)")
-        warm_up = await operator_run(kube, op, "warm", cluster.spec)
+        warm_up = await operator_run(kube, metered, "warm", cluster.spec)
 
         progress(f"2. {args.many} Proxies applied at once")
         names = [f"m{index:03d}" for index in range(args.many)]
-        calls_before = len(op.pulumi_invocations())
-        cpu_before, machine_before = cpu_seconds(operator_pid(op)), Share.now()
+        calls_before, cpu_before = len(op.pulumi_invocations()), metered.meter.read()
         seconds = await apply_many(kube, op, names, cluster.spec, progress)
         many = ManyResults(
             warm_up_seconds=warm_up.seconds,
             seconds=seconds,
-            cpu=cpu_seconds(operator_pid(op)) - cpu_before,
-            machine=Share.now().since(machine_before),
+            cpu=metered.meter.read().since(cpu_before),
             calls=command_kinds(op.pulumi_invocations()[calls_before:]),
             versions=command_kinds(op.pulumi_invocations())["version"],
         )
@@ -570,26 +557,32 @@ async def measure_fleet(
         progress(f"3. operator RSS with {args.fleet} Proxies")
         report_rss(args, rss_zero, await sample_rss(operator_pid(op)), rest_seconds)
         progress("stopping the operator")
+    await delete_namespace(kube, namespace)
 
 
 async def measure(
     args: argparse.Namespace, root: Path, progress: Progress, processes: Descendants
 ) -> None:
-    """Every phase on one dev cluster under `root`; prints the report."""
-    progress("starting the dev cluster")
-    with dev_cluster(root / "cluster") as handle:
+    """Every phase on one dev cluster; prints the report."""
+    progress("starting the dev cluster" if args.cluster is None else "using the dev cluster")
+    with dev_cluster(args, root / "cluster") as bench_cluster:
         async with (
-            KubeClient(handle.credentials) as kube,
+            KubeClient(bench_cluster.handle.credentials) as kube,
             serve_origin() as origin,
             HttpProber() as prober,
         ):
             spec = {"healthCheck": {"url": origin.url, "expectedStatus": 200}}
-            cluster = Cluster(handle, kube, prober, spec)
+            cluster = Cluster(bench_cluster, kube, prober, spec)
             single = await measure_single(cluster, root, args.repeat, progress, processes)
             report_single(single)
             await measure_fleet(cluster, root, args, single, progress, processes)
             processes.note()
-        progress("stopping the dev cluster")
+        progress("done with the dev cluster")
+
+
+def summed(runs: Sequence[SingleRun]) -> Window:
+    """The CPU of several runs together."""
+    return reduce(Window.__add__, (run.cpu for run in runs))
 
 
 def report_single(single: SingleResults) -> None:
@@ -599,25 +592,23 @@ def report_single(single: SingleResults) -> None:
     print(
         f"   bare Automation API script: {bare:6.2f} s  median of {len(single.bare)} "
         f"[{listed(single.bare)}]"
-        f"\n     create_stack + up returned, the pod Ready: "
+        f"\n     create_stack + up returned and the pod Ready after "
         f"{median(run.provisioned_seconds for run in single.bare):.2f} s; "
-        f"then one probe through it"
-        f"\n     CPU {median(run.cpu_seconds for run in single.bare):.2f} s "
-        f"(this process + pulumi + plugin), machine-wide "
-        f"{median(run.machine_cpu_seconds for run in single.bare):.2f} s; pulumi processes: "
+        f"then one probe through it; pulumi processes: "
         f"{describe(command_kinds(single.bare[-1].pulumi_calls))}"
     )
+    for line in summed(single.bare).lines(len(single.bare)):
+        print(f"     {line}")
     print(
         f"   operator, apply -> phase Ready: {ours:6.2f} s  median [{listed(single.operator)}]"
         f"\n     Provisioned=True after "
         f"{median(run.provisioned_seconds for run in single.operator):.2f} s; "
-        f"Ready after its first health probe"
-        f"\n     CPU {median(run.cpu_seconds for run in single.operator):.2f} s "
-        f"(operator + pulumi + plugin), machine-wide "
-        f"{median(run.machine_cpu_seconds for run in single.operator):.2f} s; pulumi processes: "
+        f"Ready after its first health probe; pulumi processes: "
         f"{describe(command_kinds(single.operator[-1].pulumi_calls))}"
     )
-    print(f"   ratio operator / bare: {ours / bare:.2f}  (target <= 1.3)")
+    for line in summed(single.operator).lines(len(single.operator)):
+        print(f"     {line}")
+    print(f"   {SINGLE_RATIO}: {ours / bare:.2f}  (target <= 1.3)")
 
 
 def report_many(args: argparse.Namespace, single: SingleResults, many: ManyResults) -> None:
@@ -625,8 +616,9 @@ def report_many(args: argparse.Namespace, single: SingleResults, many: ManyResul
     bare = median_seconds(single.bare)
     ideal = args.many * bare / CONCURRENCY
     cores = len(os.sched_getaffinity(0))
-    bare_machine = median(run.machine_cpu_seconds for run in single.bare)
-    cpu_floor = args.many * bare_machine / cores
+    # What one bare run costs this bench's processes and the dev cluster, whatever else runs.
+    bare_cpu = summed(single.bare).named / len(single.bare)
+    cpu_floor = args.many * bare_cpu / cores
     print(
         f"2. {args.many} Proxies applied at once, concurrency {CONCURRENCY} "
         f"(after one untimed Proxy: {many.warm_up_seconds:.2f} s)"
@@ -635,20 +627,18 @@ def report_many(args: argparse.Namespace, single: SingleResults, many: ManyResul
         f"   all Ready after {many.seconds:.1f} s; "
         f"{args.many} x {bare:.2f} s / {CONCURRENCY} = {ideal:.1f} s"
     )
-    print(f"   ratio: {many.seconds / ideal:.2f}  (target <= 1.5)")
+    print(f"   {MANY_RATIO}: {many.seconds / ideal:.2f}  (target <= 1.5)")
     print(
-        f"   bare runs bound by this machine's CPU instead: {args.many} x {bare_machine:.2f} "
-        f"machine-wide CPU s / {cores} cores = {cpu_floor:.1f} s; ratio to that: "
+        f"   bare runs bound by this machine's CPU instead: {args.many} x {bare_cpu:.2f} "
+        f"CPU s (the script, pulumi, the dev cluster) / {cores} cores = {cpu_floor:.1f} s; "
+        f"ratio to that: "
         f"{many.seconds / cpu_floor:.2f}"
     )
+    print(f"   the machine's {cores} cores were {many.cpu.fraction:.0%} busy meanwhile")
+    for line in many.cpu.lines(args.many):
+        print(f"   {line}")
     print(
-        f"   the machine's {cores} cores were {many.machine.fraction:.0%} busy meanwhile: "
-        f"{many.machine.busy / args.many:.2f} CPU s per Proxy, of which the operator and its "
-        f"pulumi processes {many.cpu / args.many:.2f} (the rest: the dev cluster, its "
-        f"squids, this process, other work on the machine)"
-    )
-    print(
-        f"   pulumi processes per Proxy: {sum(many.calls.values()) / args.many:.2f}  "
+        f"   {PULUMI_PER_PROXY}: {sum(many.calls.values()) / args.many:.2f}  "
         f"(target <= 3; {describe(many.calls)}); `pulumi version` since the operator "
         f"started: {many.versions}"
     )
@@ -663,7 +653,7 @@ def report_rss(args: argparse.Namespace, zero: Rss, fleet: Rss, rest_seconds: fl
         f"(peak {fleet.peak / 1024:.1f} MiB; the last {args.fleet - args.many} "
         f"applied at once were all Ready after {rest_seconds:.1f} s)"
     )
-    print(f"   per Proxy: {(fleet.current - zero.current) / args.fleet:.1f} KiB")
+    print(f"   {RSS_PER_PROXY}: {(fleet.current - zero.current) / args.fleet:.1f} KiB")
 
 
 def median(values: Iterable[float]) -> float:
@@ -722,7 +712,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed single-Proxy runs per side")
     parser.add_argument("--many", type=int, default=50, help="Proxies applied at once")
     parser.add_argument("--fleet", type=int, default=200, help="Ready Proxies for the RSS reading")
+    parser.add_argument("--smoke", action="store_true", help=f"a quick run: {SMOKE}")
+    add_cluster_arguments(parser)
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.repeat < 1 or args.many < 1 or args.fleet < args.many:
         parser.error("need --repeat >= 1, --many >= 1 and --fleet >= --many")
     progress, processes = Progress(), Descendants()

@@ -1,9 +1,11 @@
 """Discovery tier benchmark: lease+release throughput of two replicas ÷ one, over one Redis.
 
-    .venv/bin/python -m bench.tier [--clients 64] [--seconds 5] [--rounds 3]
+    .venv/bin/python -m bench.tier [--clients 64] [--seconds 5] [--rounds 3] [--smoke]
+        [--cluster STATE_DIR]
 
-Starts a dev cluster, 40 healthy External Proxies (maxLeases 1000, so the
-measure is the request path and not 409 retries), one redis-server and two
+Starts a dev cluster (or uses the running one `--cluster` names), 40
+healthy External Proxies (maxLeases 1000, so the measure is the request
+path and not 409 retries), one redis-server and two
 `egress-proxies discovery` processes reading the fleet through their watch.
 This process runs `--clients` keep-alive clients (minimal HTTP/1.1, the
 bench.leases client) doing POST /v1/leases + DELETE for `--seconds`, all
@@ -11,6 +13,7 @@ against one replica, then split between both, for `--rounds` interleaved
 rounds. It prints pairs/s of each, the ratio (median over rounds), and the CPU
 seconds each process used per 1,000 pairs, which say what bounds the ratio:
 on 2 cores, two replicas, Redis and the load generator share them.
+`--smoke`: 4 clients, half a second, one round.
 """
 
 from __future__ import annotations
@@ -19,22 +22,28 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cluster import add_cluster_arguments, create_namespace, dev_cluster
 from bench.leases import TOKEN, Client
 from egress_proxies.kube import KubeClient
-from harness.cluster import start_supervised_cluster, wait_for
+from harness.cluster import wait_for
 from harness.operator import proxy_path
 from harness.redis import RedisServer
 from harness.tier import DiscoveryProcess, external_proxy, report_healthy
 
 FLEET = 40
-NAMESPACE = "bench-tier"
+SMOKE = {"clients": 4, "seconds": 0.5, "rounds": 1}
+
+# The figures the report promises, each on a line of its own (tests/*/test_bench_smoke.py).
+PAIRS = "lease+release pairs/s"
+CPU = "CPU s per 1,000 pairs"
+RATIO = "two replicas ÷ one"
+FIGURES = (PAIRS, CPU, RATIO)
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -97,13 +106,14 @@ async def timed_round(
     return RoundResult(pairs / elapsed, {k: after[k] - before[k] for k in before}, pairs)
 
 
-async def fleet(kube: KubeClient) -> None:
-    """The namespace and its 40 healthy shared Proxies."""
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+async def fleet(kube: KubeClient) -> str:
+    """A namespace with 40 healthy shared Proxies; its name."""
+    namespace = await create_namespace(kube, "bench-tier")
     for i in range(FLEET):
         name = f"px-{i:02d}"
-        await kube.create(proxy_path(NAMESPACE), external_proxy(name, 20000 + i, 1000))
-        await report_healthy(kube, NAMESPACE, name, latency=10 + i)
+        await kube.create(proxy_path(namespace), external_proxy(name, 20000 + i, 1000))
+        await report_healthy(kube, namespace, name, latency=10 + i)
+    return namespace
 
 
 def per_thousand(result: RoundResult) -> str:
@@ -114,46 +124,42 @@ def per_thousand(result: RoundResult) -> str:
 
 
 async def measure(args: argparse.Namespace, root: Path) -> None:
-    supervisor, cluster = start_supervised_cluster(root / "cluster", root / "pids")
     tokens = root / "tokens"
     tokens.mkdir()
     (tokens / "bench").write_text(TOKEN)
     replicas: list[DiscoveryProcess] = []
-    try:
-        async with KubeClient(cluster.credentials) as kube:
-            await fleet(kube)
-        with RedisServer() as redis:
-            replicas = [
-                DiscoveryProcess(
-                    name=f"discovery-{letter}",
-                    kubeconfig=cluster.kubeconfig,
-                    lease_store=redis.url,
-                    token_dir=tokens,
-                    log=root / f"discovery-{letter}.log",
-                    pid_dir=root / "pids",
-                )
-                for letter in "ab"
-            ]
-            for replica in replicas:
-                replica.start()
-            for replica in replicas:
-                await replica.ready(timeout=60)
-            await wait_for(lambda: fleet_visible(replicas), timeout=30)
-            pids = {r.name: r.pid for r in replicas} | {"redis": redis.pid}
-            ports = [r.port for r in replicas]
-            await timed_round(ports, args.clients, 1.0, pids)  # warm-up
-            one, two = [], []
-            for _ in range(args.rounds):
-                one.append(await timed_round(ports[:1], args.clients, args.seconds, pids))
-                two.append(await timed_round(ports, args.clients, args.seconds, pids))
-    finally:
-        for replica in replicas:
-            replica.stop()
-        os.kill(supervisor.process.pid, signal.SIGTERM)
-        try:
-            supervisor.process.wait(timeout=60)
-        finally:
-            supervisor.stop()
+    with dev_cluster(args, root / "cluster") as cluster:
+        async with KubeClient(cluster.handle.credentials) as kube:
+            namespace = await fleet(kube)
+            try:
+                with RedisServer() as redis:
+                    replicas = [
+                        DiscoveryProcess(
+                            name=f"discovery-{letter}",
+                            kubeconfig=cluster.handle.kubeconfig,
+                            lease_store=redis.url,
+                            token_dir=tokens,
+                            log=root / f"discovery-{letter}.log",
+                            pid_dir=root / "pids",
+                        )
+                        for letter in "ab"
+                    ]
+                    for replica in replicas:
+                        replica.start()
+                    for replica in replicas:
+                        await replica.ready(timeout=60)
+                    await wait_for(lambda: fleet_visible(replicas), timeout=30)
+                    pids = {r.name: r.pid for r in replicas} | {"redis": redis.pid}
+                    ports = [r.port for r in replicas]
+                    await timed_round(ports, args.clients, 1.0, pids)  # warm-up
+                    one, two = [], []
+                    for _ in range(args.rounds):
+                        one.append(await timed_round(ports[:1], args.clients, args.seconds, pids))
+                        two.append(await timed_round(ports, args.clients, args.seconds, pids))
+            finally:
+                for replica in replicas:
+                    replica.stop()
+                await kube.delete(f"/api/v1/namespaces/{namespace}")
     report(one, two, args)
 
 
@@ -174,10 +180,10 @@ def report(one: list[RoundResult], two: list[RoundResult], args: argparse.Namesp
     print(f"{args.clients} clients, {args.seconds:g} s per run, {args.rounds} rounds, Redis store")
     for label, results in (("one replica ", one), ("two replicas", two)):
         rates = ", ".join(f"{r.pairs_per_second:.0f}" for r in results)
-        print(f"  {label}: lease+release pairs/s {rates}")
-        print(f"    CPU s per 1,000 pairs (median round): {per_thousand(median_round(results))}")
+        print(f"  {label}: {PAIRS} {rates}")
+        print(f"    {CPU} (median round): {per_thousand(median_round(results))}")
     print(
-        f"two replicas ÷ one: {statistics.median(ratios):.2f} (rounds: "
+        f"{RATIO}: {statistics.median(ratios):.2f} (rounds: "
         + ", ".join(f"{r:.2f}" for r in ratios)
         + ")"
     )
@@ -193,7 +199,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help=f"a quick run: {SMOKE}")
+    add_cluster_arguments(parser)
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     with tempfile.TemporaryDirectory(prefix="bench-tier-") as root:
         asyncio.run(measure(args, Path(root)))
 

@@ -59,8 +59,14 @@ def start_supervised_cluster(state: Path, pid_dir: Path) -> tuple[Child, Cluster
             supervisor.stop()
             raise RuntimeError(f"the dev cluster did not start:\n{supervisor.log_tail(40)}")
         time.sleep(0.2)
+    return supervisor, attach_cluster(state)
+
+
+def attach_cluster(state: Path) -> ClusterHandle:
+    """The handle of a dev cluster already running from `state` (e.g. a test session's)."""
+    layout = StateLayout(state)
     ready = json.loads(layout.ready.read_text())
-    return supervisor, ClusterHandle(
+    return ClusterHandle(
         layout,
         Credentials.from_kubeconfig(layout.kubeconfig),
         host_address=ready["host_address"],

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,20 +104,48 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def counting_pulumi_root(directory: Path, calls: Path) -> Path:
-    """A pulumi root whose bin/pulumi logs each invocation, then runs the real CLI."""
-    real = toolchain.find("pulumi")
+def counting_pulumi_root(
+    directory: Path, calls: Path, joins: Mapping[str, Path] | None = None
+) -> Path:
+    """A pulumi root whose bin/pulumi logs each invocation, then runs the real CLI.
+
+    `joins` maps `pulumi` and plugin binaries to a cgroup's `cgroup.procs`:
+    each is wrapped to join that cgroup before it execs the real binary (the
+    plugin wrappers come first on the PATH pulumi finds its plugins on).
+    """
+    joins = joins or {}
+    plugins = directory / "plugins"
+    for name, procs in joins.items():
+        if name != "pulumi":
+            plugins.mkdir(parents=True, exist_ok=True)
+            _wrapper(plugins / name, f'echo $$ > {procs}\nexec {toolchain.find(name)} "$@"')
+    lines = [f'echo "$*" >> {calls}']
+    if "pulumi" in joins:
+        lines.append(f"echo $$ > {joins['pulumi']}")
+    if plugins.is_dir():
+        lines.append(f'PATH="{plugins}:$PATH"; export PATH')
+    lines.append(f'exec {toolchain.find("pulumi")} "$@"')
     (directory / "bin").mkdir(parents=True)
-    wrapper = directory / "bin" / "pulumi"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
-    wrapper.chmod(0o755)
+    _wrapper(directory / "bin" / "pulumi", "\n".join(lines))
     return directory
 
 
+def _wrapper(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
 def new_operator(
-    kubeconfig: Path, namespace: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    pulumi_joins: Mapping[str, Path] | None = None,
 ) -> OperatorProcess:
-    """An operator (not started yet) watching `namespace`, its state under `tmp_path`."""
+    """An operator (not started yet) watching `namespace`, its state under `tmp_path`.
+
+    `pulumi_joins`: cgroups its pulumi processes join (`counting_pulumi_root`).
+    """
     state = tmp_path / "operator-state"
     calls = tmp_path / "pulumi-calls.log"
     tokens = tmp_path / "discovery-tokens"
@@ -129,7 +158,9 @@ def new_operator(
         "KUBECONFIG": str(kubeconfig),
         "EGRESS_PROXIES_STATE_DIR": str(state),
         "PULUMI_CONFIG_PASSPHRASE": secrets.token_urlsafe(16),
-        "EGRESS_PROXIES_PULUMI_ROOT": str(counting_pulumi_root(tmp_path / "pulumi-root", calls)),
+        "EGRESS_PROXIES_PULUMI_ROOT": str(
+            counting_pulumi_root(tmp_path / "pulumi-root", calls, pulumi_joins)
+        ),
         "EGRESS_PROXIES_LOG_LEVEL": "INFO",
         "EGRESS_PROXIES_GC_ALLOW_NAMESPACED": "true",
         "EGRESS_PROXIES_DISCOVERY_HOST": "127.0.0.1",
