@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ def supervised_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
             supervisor.process.wait(timeout=60)
         finally:
             supervisor.stop()
+            # containerd's images and snapshots (2 GB with the operator image);
+            # the logs stay for a failed test's report.
+            shutil.rmtree(state / "node" / "containerd", ignore_errors=True)
 
 
 @pytest.fixture
