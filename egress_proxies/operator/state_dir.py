@@ -63,7 +63,7 @@ class StateDirClaim:
             stored = path.read_text().strip()
             if stored:
                 return stored
-        identity = f"{getpass.getuser()}@{socket.gethostname()}/{secrets.token_hex(4)}"
+        identity = f"{user_name()}@{socket.gethostname()}/{secrets.token_hex(4)}"
         path.write_text(identity + "\n")
         return identity
 
@@ -72,3 +72,15 @@ class StateDirClaim:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def user_name() -> str:
+    """The login name, else the numeric uid: an image's user may have no passwd entry.
+
+    The operator image runs as uid 65532, which its /etc/passwd does not list
+    (as distroless images do); getpass then finds no name and raises.
+    """
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())

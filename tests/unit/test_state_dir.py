@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,43 @@ def test_the_peer_identity_is_made_once_and_kept(tmp_path: Path) -> None:
     assert again.peer_identity() == identity
     assert "@" in identity
     assert StateDirClaim.acquire(tmp_path / "other").peer_identity() != identity
+
+
+IDENTITY = """
+import sys
+from pathlib import Path
+from egress_proxies.operator.state_dir import StateDirClaim
+print(StateDirClaim.acquire(Path(sys.argv[1])).peer_identity())
+"""
+
+
+def test_a_user_without_a_passwd_entry_gets_a_peer_identity() -> None:
+    # As the operator image runs: uid 65532, no /etc/passwd entry, no USER or LOGNAME.
+    with tempfile.TemporaryDirectory() as directory:
+        state = Path(directory)
+        state.chmod(0o777)
+        identity = _identity_as_an_unlisted_user(state)
+    assert identity.startswith("65532@")
+
+
+def _identity_as_an_unlisted_user(state: Path) -> str:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    done = subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            "--reuid=65532",
+            "--regid=65532",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            IDENTITY,
+            str(state),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
