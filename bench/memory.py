@@ -64,6 +64,7 @@ from bench.reconcile import (
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
+from egress_proxies.kube.resources import CONFIG_MAPS, NAMESPACES, PODS
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
 from egress_proxies.telemetry.memory import FRAMES_ENV
@@ -158,9 +159,9 @@ def proxy_body(name: str, kind: str, endpoint: str, health_url: str) -> dict[str
 
 async def open_squid(kube: KubeClient, namespace: str) -> str:
     """An open Squid pod for the External Proxies to point at; its pod IP."""
-    base = f"/api/v1/namespaces/{namespace}"
     await kube.create(
-        f"{base}/configmaps", {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID}}
+        CONFIG_MAPS.path(namespace),
+        {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID}},
     )
     container = {
         "name": "squid",
@@ -176,10 +177,10 @@ async def open_squid(kube: KubeClient, namespace: str) -> str:
             "volumes": [{"name": "config", "configMap": {"name": "open"}}],
         },
     }
-    await kube.create(f"{base}/pods", pod)
+    await kube.create(PODS.path(namespace), pod)
 
     async def ip() -> str | None:
-        status = (await kube.get(f"{base}/pods/open-squid")).get("status") or {}
+        status = (await kube.get(PODS.path(namespace, "open-squid"))).get("status") or {}
         return status.get("podIP") if status.get("phase") == "Running" else None
 
     return await wait_for(ip, timeout=60)
@@ -366,7 +367,7 @@ async def delete_namespace(kube: KubeClient, namespace: str) -> None:
             await kube.patch(
                 proxy_path(namespace, item["metadata"]["name"]), {"metadata": {"finalizers": None}}
             )
-    await kube.delete(f"/api/v1/namespaces/{namespace}")
+    await kube.delete(NAMESPACES.path(name=namespace))
 
 
 def compare(kind: str, ours: Readings, baseline: Readings) -> None:

@@ -48,8 +48,7 @@ from bench.reconcile import (
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
-from egress_proxies.model import GROUP, VERSION
-from egress_proxies.pool_model import POOL_PLURAL
+from egress_proxies.kube.resources import PROXY_POOLS
 from harness.operator import new_operator, proxy_path, wait_gone
 from harness.origins import serve_origin
 
@@ -61,22 +60,23 @@ async def scale_pool(
     kube: KubeClient, namespace: str, replicas: int, spec: dict[str, Any], progress: Progress
 ) -> float:
     """Create a pool at 0, scale it to `replicas`; the seconds until all are Ready."""
-    pools = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}"
     template = {"spec": {"provider": "kubernetes", "kubernetes": {}, **spec}}
     await kube.create(
-        pools,
+        PROXY_POOLS.path(namespace),
         {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": PROXY_POOLS.api_version,
             "kind": "ProxyPool",
             "metadata": {"name": "bench"},
             "spec": {"replicas": 0, "template": template},
         },
     )
     started = time.perf_counter()
-    await kube.patch(f"{pools}/bench/scale", {"spec": {"replicas": replicas}})
+    await kube.patch(
+        PROXY_POOLS.path(namespace, "bench", "scale"), {"spec": {"replicas": replicas}}
+    )
     last_report = started
     while True:
-        status = (await kube.get(f"{pools}/bench")).get("status") or {}
+        status = (await kube.get(PROXY_POOLS.path(namespace, "bench"))).get("status") or {}
         now = time.perf_counter()
         if status.get("readyReplicas") == replicas:
             return now - started

@@ -61,6 +61,7 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.cluster import stop as dev_cluster_down
 from egress_proxies.health import HttpProber
+from egress_proxies.kube.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS
 from egress_proxies.model import PROVISIONED, ProxySpec, find_condition
 from egress_proxies.operator.reconcile import spec_hash
 from egress_proxies.operator.status import status_of
@@ -180,10 +181,10 @@ def running(operator: OperatorProcess, processes: Descendants) -> Iterator[Opera
 async def create_namespace(kube: KubeClient, stem: str) -> str:
     """A fresh namespace, once its default ServiceAccount exists."""
     name = f"{stem}-{secrets.token_hex(3)}"
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    await kube.create(NAMESPACES.path(), {"metadata": {"name": name}})
 
     async def has_account() -> bool:
-        listing = await kube.get(f"/api/v1/namespaces/{name}/serviceaccounts")
+        listing = await kube.get(SERVICE_ACCOUNTS.path(name))
         return any(item["metadata"]["name"] == "default" for item in listing["items"])
 
     await wait_for(has_account, timeout=60)
@@ -331,7 +332,7 @@ async def bare_run(
     started = time.perf_counter()
     stack, outputs = await asyncio.to_thread(bare.up, inputs, spec_hash(inputs.spec, None))
     provisioned = time.perf_counter() - started
-    pod = await kube.get(f"/api/v1/namespaces/{inputs.namespace}/pods/{inputs.instance_name}")
+    pod = await kube.get(PODS.path(inputs.namespace, inputs.instance_name))
     conditions = (pod.get("status") or {}).get("conditions") or []
     if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
         raise RuntimeError(f"up returned before pod {inputs.instance_name} was Ready")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bench.leases import TOKEN, Client
 from egress_proxies.kube import KubeClient
+from egress_proxies.kube.resources import NAMESPACES
 from harness.cluster import start_supervised_cluster, wait_for
 from harness.operator import proxy_path
 from harness.redis import RedisServer
@@ -99,7 +100,7 @@ async def timed_round(
 
 async def fleet(kube: KubeClient) -> None:
     """The namespace and its 40 healthy shared Proxies."""
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    await kube.create(NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
     for i in range(FLEET):
         name = f"px-{i:02d}"
         await kube.create(proxy_path(NAMESPACE), external_proxy(name, 20000 + i, 1000))

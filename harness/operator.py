@@ -16,8 +16,8 @@ from egress_proxies import toolchain
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.devcluster.processes import Child, spawn
-from egress_proxies.kube import ApiError, KubeClient
-from egress_proxies.model import GROUP, PLURAL, VERSION
+from egress_proxies.kube import KubeClient, NotFoundError
+from egress_proxies.kube.resources import PROXIES, SECRETS
 from harness.cluster import wait_for
 
 
@@ -163,13 +163,13 @@ RESHAPED = {
 
 
 def proxy_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-    return f"{base}/{name}" if name else base
+    """The Proxies of `namespace`, or one of them."""
+    return PROXIES.path(namespace, name or None)
 
 
 def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": PROXIES.api_version,
         "kind": "Proxy",
         "metadata": {"name": name},
         "spec": {"provider": "kubernetes", "kubernetes": {}, **spec},
@@ -179,7 +179,7 @@ def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
 async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, Any]) -> str:
     """`user:password` of a managed Proxy, from its credentials Secret."""
     secret_name = body["status"]["credentialsSecret"]
-    secret = await kube.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    secret = await kube.get(SECRETS.path(namespace, secret_name))
     user = base64.b64decode(secret["data"]["username"]).decode()
     password = base64.b64decode(secret["data"]["password"]).decode()
     return f"{user}:{password}"
@@ -216,8 +216,8 @@ async def wait_gone(kube: KubeClient, path: str, timeout: float = 120) -> None:
     async def gone() -> bool:
         try:
             await kube.get(path)
-        except ApiError as error:
-            return error.status == 404
+        except NotFoundError:
+            return True
         return False
 
     await wait_for(gone, timeout=timeout, interval=0.25)

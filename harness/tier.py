@@ -15,7 +15,7 @@ import aiohttp
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import GROUP, VERSION
+from egress_proxies.kube.resources import PROXIES
 from harness.cluster import wait_for
 from harness.operator import proxy_path
 
@@ -115,7 +115,7 @@ def external_proxy(
 ) -> dict[str, Any]:
     """An External Proxy at 127.0.0.1:port."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": PROXIES.api_version,
         "kind": "Proxy",
         "metadata": {"name": name},
         "spec": {

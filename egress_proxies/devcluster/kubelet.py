@@ -39,7 +39,8 @@ from egress_proxies.devcluster.squidpod import (
     volume_files,
 )
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, JsonObject, KubeClient
+from egress_proxies.kube import ApiError, ConflictError, JsonObject, KubeClient, NotFoundError
+from egress_proxies.kube.resources import CONFIG_MAPS, NODES, PODS, SECRETS
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class LoopbackKubelet:
         await self._register_node()
         try:
             while True:
-                listing = await self._client.get("/api/v1/pods")
+                listing = await self._client.get(PODS.path())
                 for pod in listing.get("items", []):
                     await self._observe("ADDED", pod)
                 if ready is not None:
@@ -145,9 +146,7 @@ class LoopbackKubelet:
 
     async def _watch(self, resource_version: str) -> None:
         try:
-            async for event in self._client.watch(
-                "/api/v1/pods", resource_version=resource_version
-            ):
+            async for event in self._client.watch(PODS.path(), resource_version=resource_version):
                 if event["type"] == "ERROR":
                     return  # typically 410 Gone: relist
                 if event["type"] == "BOOKMARK":
@@ -188,11 +187,8 @@ class LoopbackKubelet:
             "kind": "Node",
             "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/hostname": NODE_NAME}},
         }
-        try:
-            await self._client.create("/api/v1/nodes", node)
-        except ApiError as error:
-            if error.status != 409:
-                raise
+        with contextlib.suppress(ConflictError):  # registered by an earlier run
+            await self._client.create(NODES.path(), node)
         now = _now()
         status = {
             "status": {
@@ -223,7 +219,7 @@ class LoopbackKubelet:
                 },
             }
         }
-        await self._client.patch(f"/api/v1/nodes/{NODE_NAME}/status", status)
+        await self._client.patch(NODES.path(name=NODE_NAME, subresource="status"), status)
 
     async def _start(self, pod: JsonObject) -> None:
         meta = pod["metadata"]
@@ -244,9 +240,10 @@ class LoopbackKubelet:
         except (toolchain.MissingToolError, OSError) as error:
             logger.warning("pod %s/%s cannot run: %s", namespace, name, error)
             await self._report_failed(namespace, name, "CannotRunSquid", str(error))
+        except NotFoundError:
+            pass  # the pod was deleted meanwhile
         except ApiError as error:
-            if error.status != 404:
-                logger.warning("pod %s/%s: API error %s", namespace, name, error)
+            logger.warning("pod %s/%s: API error %s", namespace, name, error)
 
     async def _run_container(self, pod: JsonObject, plan: SquidPodPlan, address: str) -> None:
         """Run the container until the restart policy lets it end; report each state."""
@@ -334,7 +331,7 @@ class LoopbackKubelet:
             "metadata": {"name": name, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": NODE_NAME},
         }
-        await self._client.create(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+        await self._client.create(PODS.path(namespace, name, "binding"), binding)
 
     async def _launch(self, pod: JsonObject, plan: SquidPodPlan, address: str) -> tuple[Child, int]:
         meta = pod["metadata"]
@@ -394,16 +391,12 @@ class LoopbackKubelet:
             source = mount.source
             if source.kind == "emptyDir":
                 continue
-            plural = "configmaps" if source.kind == "configMap" else "secrets"
+            kind = CONFIG_MAPS if source.kind == "configMap" else SECRETS
             while True:
                 try:
-                    body = await self._client.get(
-                        f"/api/v1/namespaces/{namespace}/{plural}/{source.name}"
-                    )
+                    body = await self._client.get(kind.path(namespace, source.name))
                     break
-                except ApiError as error:
-                    if error.status != 404:
-                        raise
+                except NotFoundError:
                     await asyncio.sleep(_MISSING_VOLUME_RETRY)  # the real kubelet waits too
             volumes[mount_path] = volume_files(source, body.get("data") or {})
         return volumes
@@ -503,7 +496,7 @@ class LoopbackKubelet:
             }
         }
         with contextlib.suppress(ApiError):
-            await self._client.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status)
+            await self._client.patch(PODS.path(namespace, name, "status"), status)
 
     async def _report_failed(self, namespace: str, name: str, reason: str, message: str) -> None:
         status = {
@@ -515,7 +508,7 @@ class LoopbackKubelet:
             }
         }
         with contextlib.suppress(ApiError):
-            await self._client.patch(f"/api/v1/namespaces/{namespace}/pods/{name}/status", status)
+            await self._client.patch(PODS.path(namespace, name, "status"), status)
 
     async def _finalize(self, pod: JsonObject) -> None:
         meta = pod["metadata"]
@@ -526,7 +519,7 @@ class LoopbackKubelet:
         with contextlib.suppress(ApiError):
             await self._client.request(
                 "DELETE",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                PODS.path(meta["namespace"], meta["name"]),
                 body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
             )
 

@@ -34,6 +34,8 @@ from egress_proxies.gc.sweeper import (
 from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
 from egress_proxies.health import HealthEngine, HttpProber, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.kube.client import annotate
+from egress_proxies.kube.resources import PROXIES
 from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
@@ -46,7 +48,7 @@ from egress_proxies.leases import (
     redact_url,
 )
 from egress_proxies.leases import Clock as TimeSource
-from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.model import DEFAULT_SQUID_IMAGE, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
     REQUEUE_ANNOTATION,
@@ -372,9 +374,8 @@ class Operator:
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
         stamp = self.clock.utcnow().isoformat()
-        await self.client.patch(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
-            {"metadata": {"annotations": {RECONCILE_REQUEST_ANNOTATION: stamp}}},
+        await annotate(
+            self.client, PROXIES.path(namespace, name), RECONCILE_REQUEST_ANNOTATION, stamp
         )
 
     async def run(self, stop: asyncio.Event) -> None:
