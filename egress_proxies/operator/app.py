@@ -443,12 +443,13 @@ class Operator:
             try:
                 await self._run_kopf(stop_flag)
             finally:
+                # Producers first (kopf has stopped): then nothing uses what closes next.
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
                 for server in servers:
                     await server.cleanup()
-                await self.leases.close()
+                await self._close()
 
     async def _refresh_lease_counts(self) -> None:
         """Read the store's totals for the gauges (a scrape cannot await a Redis call)."""
@@ -494,12 +495,16 @@ class Operator:
                 ),
             )
         finally:
-            await self.requeue.close()
-            await self.client.close()
-            if self.gce is not None:
-                await self.gce.close()
-            await self.runner.close()
-            self.claim.release()
+            await self.requeue.close()  # it touches Proxies through the client
+
+    async def _close(self) -> None:
+        """Close what the components used, once none of them runs; the state dir goes last."""
+        await self.leases.close()
+        await self.client.close()
+        if self.gce is not None:
+            await self.gce.close()
+        await self.runner.close()
+        self.claim.release()
 
 
 class _TracedProber:
