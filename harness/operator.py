@@ -15,14 +15,15 @@ from typing import Any
 from egress_proxies import toolchain
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.devcluster.node import image_ref
-from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.devcluster.processes import Child
 from egress_proxies.kube import KubeClient, NotFoundError
 from egress_proxies.kube.resources import PROXIES, SECRETS
 from harness.cluster import wait_for
+from harness.process import ManagedProcess
 
 
 @dataclass
-class OperatorProcess:
+class OperatorProcess(ManagedProcess):
     """One `egress-proxies run` child, restricted to one namespace, with a counting pulumi."""
 
     namespace: str
@@ -36,11 +37,12 @@ class OperatorProcess:
     child: Child | None = None
     starts: int = field(default=0)
     args: list[str] = field(default_factory=list)  # more `run` flags, e.g. --shard-selector
+    graceful_stop: float | None = 30.0  # kopf shuts down cleanly on SIGTERM
 
     def start(self) -> None:
         """Start (or restart) the operator."""
         self.starts += 1
-        self.child = spawn(
+        self._spawn(
             f"operator-{self.starts}",
             [
                 sys.executable,
@@ -52,18 +54,8 @@ class OperatorProcess:
                 *self.args,
             ],
             pid_dir=self.state_dir / "test-pids",
-            log=self.log,
             env=self.env,
         )
-
-    def stop(self) -> None:
-        """SIGTERM and wait (kopf shuts down cleanly)."""
-        if self.child is not None and self.child.alive():
-            os.kill(self.child.process.pid, signal.SIGTERM)
-            try:
-                self.child.process.wait(timeout=30)
-            finally:
-                self.child.stop()
 
     def kill(self) -> None:
         """SIGKILL the operator and every descendant (pulumi runs plugins in their own groups)."""
@@ -80,10 +72,6 @@ class OperatorProcess:
         if not self.pulumi_calls.exists():
             return []
         return self.pulumi_calls.read_text().splitlines()
-
-    def log_text(self) -> str:
-        """Everything the operator logged."""
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def descendants(pid: int) -> list[int]:

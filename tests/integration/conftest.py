@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests that talk to the local stand-in for Google Cloud."""
+"""Fixtures of the integration tests: origin servers to probe through a proxy, and the local
+stand-in for Google Cloud."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from google.oauth2 import service_account
 
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import COMPUTE_SCOPE, GoogleAuthTokens
+from harness.origins import Origin, serve_origin
 from tests.integration.fake_compute import (
     PROJECT,
     SERVICE_ACCOUNT_EMAIL,
@@ -21,6 +23,20 @@ from tests.integration.fake_compute import (
     FakeCompute,
     serving,
 )
+
+
+@pytest.fixture(scope="module")
+async def http_origin() -> AsyncIterator[Origin]:
+    """A plain HTTP origin, one per test module."""
+    async with serve_origin() as origin:
+        yield origin
+
+
+@pytest.fixture(scope="module")
+async def https_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
+    """An HTTPS origin with a CA of its own (`client_ssl` trusts it), one per test module."""
+    async with serve_origin(tmp_path_factory.mktemp("origin-tls")) as origin:
+        yield origin
 
 
 @pytest.fixture(scope="module")
