@@ -3,16 +3,19 @@ stand-in for Google Cloud."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
+from egress_proxies.operator.app import OperatorSettings
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import COMPUTE_SCOPE, GoogleAuthTokens
 from harness.origins import Origin, serve_origin
@@ -23,6 +26,32 @@ from tests.integration.fake_compute import (
     FakeCompute,
     serving,
 )
+
+
+@pytest.fixture
+def offline_operator_settings(tmp_path: Path) -> OperatorSettings:
+    """Settings for an operator that is built, or run with kopf stood in, but reaches no cluster.
+
+    Its API server address is one where nothing listens.
+    """
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {
+        "server": "https://127.0.0.1:1",
+        "certificate-authority-data": base64.b64encode(b"unused").decode(),
+    }
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "dev",
+                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "dev"}}],
+                "clusters": [{"name": "dev", "cluster": cluster}],
+                "users": [{"name": "dev", "user": {"token": "not-used"}}],
+            }
+        )
+    )
+    return OperatorSettings(
+        state_dir=tmp_path / "state", kubeconfig=kubeconfig, passphrase="p", peering=None
+    )
 
 
 @pytest.fixture(scope="module")

@@ -8,47 +8,19 @@ listens (no cluster is needed to watch the order of a shutdown).
 from __future__ import annotations
 
 import asyncio
-import base64
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
-import yaml
 
 from egress_proxies.errors import ClosedError
 from egress_proxies.operator.app import Operator, OperatorSettings
 from egress_proxies.stacks.runner import RunnerSettings
 from egress_proxies.stacks.worker import StackWorker
 from harness.cluster import wait_for
-
-
-def settings(tmp_path: Path) -> OperatorSettings:
-    kubeconfig = tmp_path / "kubeconfig"
-    cluster = {
-        "server": "https://127.0.0.1:1",
-        "certificate-authority-data": base64.b64encode(b"unused").decode(),
-    }
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "current-context": "dev",
-                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "dev"}}],
-                "clusters": [{"name": "dev", "cluster": cluster}],
-                "users": [{"name": "dev", "user": {"token": "not-used"}}],
-            }
-        )
-    )
-    return OperatorSettings(
-        state_dir=tmp_path / "state",
-        kubeconfig=kubeconfig,
-        passphrase="p",
-        peering=None,
-        discovery_host="127.0.0.1",
-        discovery_port=0,
-        metrics_port=None,
-    )
 
 
 def recorded(events: list[str], name: str, close: Callable[[], Awaitable[None]]) -> Any:
@@ -70,7 +42,7 @@ def until_cancelled(events: list[str], name: str) -> Any:
 
 
 async def test_producers_stop_before_the_client_runner_and_state_dir_close(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: OperatorSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[str] = []
 
@@ -80,7 +52,14 @@ async def test_producers_stop_before_the_client_runner_and_state_dir_close(
         events.append("kopf stopped")
 
     monkeypatch.setattr(kopf, "operator", kopf_stand_in)
-    operator = Operator(settings(tmp_path))
+    operator = Operator(
+        dataclasses.replace(
+            offline_operator_settings,
+            discovery_host="127.0.0.1",
+            discovery_port=0,
+            metrics_port=None,
+        )
+    )
     monkeypatch.setattr(operator.sweeper, "run", until_cancelled(events, "orphan GC"))
     monkeypatch.setattr(operator.health_pump, "run", until_cancelled(events, "status pump"))
     monkeypatch.setattr(operator.client, "close", recorded(events, "client", operator.client.close))
