@@ -18,7 +18,7 @@ import pytest
 
 from egress_proxies.errors import ClosedError
 from egress_proxies.operator.app import Operator, OperatorSettings
-from egress_proxies.stacks.runner import RunnerSettings
+from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.stacks.worker import StackWorker
 from harness.cluster import wait_for
 
@@ -95,3 +95,10 @@ async def test_a_closed_stack_worker_starts_no_new_process(tmp_path: Path) -> No
     with pytest.raises(ClosedError, match="the stack worker is closed"):
         await worker.call("destroy", "some.stack")
     assert worker.started == 0
+
+
+async def test_a_closed_stack_runner_refuses_new_operations(tmp_path: Path) -> None:
+    runner = StackRunner(RunnerSettings(state_dir=tmp_path, passphrase="p"))  # its own threads
+    await runner.close()
+    with pytest.raises(ClosedError, match="the stack runner is closed"):
+        await runner.destroy("some.stack")
