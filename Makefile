@@ -26,6 +26,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q tests/unit/test_kube_addressing.py
 
 typecheck: venv
 	$(VENV)/bin/mypy

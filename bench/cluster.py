@@ -12,6 +12,7 @@ from pathlib import Path
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.cluster import stop as dev_cluster_down
 from egress_proxies.devcluster.cluster import supervisor_pid
+from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
 from harness.cluster import ClusterHandle, attach_cluster, start_supervised_cluster, wait_for
 from harness.operator import proxy_path
 from harness.origins import use_origin_host
@@ -68,10 +69,10 @@ def _attached(handle: ClusterHandle) -> BenchCluster:
 async def create_namespace(kube: KubeClient, stem: str) -> str:
     """A fresh namespace, once its default ServiceAccount exists."""
     name = f"{stem}-{secrets.token_hex(3)}"
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    await kube.create(NAMESPACES.path(), {"metadata": {"name": name}})
 
     async def has_account() -> bool:
-        listing = await kube.get(f"/api/v1/namespaces/{name}/serviceaccounts")
+        listing = await kube.get(SERVICE_ACCOUNTS.path(name))
         return any(item["metadata"]["name"] == "default" for item in listing["items"])
 
     await wait_for(has_account, timeout=60)
@@ -88,4 +89,4 @@ async def delete_namespace(kube: KubeClient, namespace: str) -> None:
             await kube.patch(
                 proxy_path(namespace, item["metadata"]["name"]), {"metadata": {"finalizers": None}}
             )
-    await kube.delete(f"/api/v1/namespaces/{namespace}")
+    await kube.delete(NAMESPACES.path(name=namespace))

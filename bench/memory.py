@@ -72,6 +72,7 @@ from bench.reconcile import (
 )
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.node import image_ref
+from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS
 from egress_proxies.model import GROUP, VERSION, ProxySpec
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, pod_spec
@@ -183,13 +184,12 @@ async def open_squid(kube: KubeClient, namespace: str) -> str:
     The product's pod spec on the operators' squid image, with a squid.conf that
     lets everyone through (an External Proxy here has no credentials).
     """
-    base = f"/api/v1/namespaces/{namespace}"
     await kube.create(
-        f"{base}/configmaps",
+        CONFIG_MAPS.path(namespace),
         {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID + CONTAINER_DIRECTIVES}},
     )
     await kube.create(
-        f"{base}/secrets", {"metadata": {"name": "open-auth"}, "stringData": {"passwd": ""}}
+        SECRETS.path(namespace), {"metadata": {"name": "open-auth"}, "stringData": {"passwd": ""}}
     )
     spec = ProxySpec.model_validate(
         {"provider": "kubernetes", "kubernetes": {"image": image_ref("squid")}}
@@ -203,10 +203,10 @@ async def open_squid(kube: KubeClient, namespace: str) -> str:
         credentials=ProxyCredentials("unused", "unused"),
     )
     pod = {"metadata": {"name": "open-squid"}, "spec": pod_spec(inputs, "open-auth", "open")}
-    await kube.create(f"{base}/pods", pod)
+    await kube.create(PODS.path(namespace), pod)
 
     async def ip() -> str | None:
-        status = (await kube.get(f"{base}/pods/open-squid")).get("status") or {}
+        status = (await kube.get(PODS.path(namespace, "open-squid"))).get("status") or {}
         return status.get("podIP") if status.get("phase") == "Running" else None
 
     return await wait_for(ip, timeout=120)

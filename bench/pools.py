@@ -53,8 +53,8 @@ from bench.reconcile import (
     wait_operator_up,
 )
 from egress_proxies.devcluster import KubeClient
+from egress_proxies.kube.resources import PROXY_POOLS
 from egress_proxies.model import GROUP, VERSION
-from egress_proxies.pool_model import POOL_PLURAL
 from harness.operator import proxy_path, wait_gone
 from harness.origins import serve_origin
 
@@ -73,7 +73,7 @@ async def scale_pool(
     kube: KubeClient, namespace: str, replicas: int, spec: dict[str, Any], progress: Progress
 ) -> float:
     """Create a pool at 0, scale it to `replicas`; the seconds until all are Ready."""
-    pools = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}"
+    pools = PROXY_POOLS.path(namespace)
     template = {"spec": {"provider": "kubernetes", "kubernetes": {}, **spec}}
     await kube.create(
         pools,

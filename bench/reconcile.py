@@ -73,6 +73,7 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.health import HttpProber
+from egress_proxies.kube.resources import PODS
 from egress_proxies.model import PROVISIONED, ProxySpec, find_condition, with_squid_image
 from egress_proxies.operator.reconcile import spec_hash
 from egress_proxies.operator.status import status_of
@@ -308,7 +309,7 @@ async def ready_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, An
     """The pod once its Ready condition is True (`up` does not wait for it)."""
 
     async def ready() -> dict[str, Any] | None:
-        pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        pod = await kube.get(PODS.path(namespace, name))
         conditions = (pod.get("status") or {}).get("conditions") or []
         is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         return pod if is_ready else None

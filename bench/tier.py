@@ -31,6 +31,7 @@ from pathlib import Path
 from bench.cluster import add_cluster_arguments, create_namespace, dev_cluster
 from bench.leases import TOKEN, Client
 from egress_proxies.kube import KubeClient
+from egress_proxies.kube.resources import NAMESPACES
 from harness.cluster import wait_for
 from harness.operator import proxy_path
 from harness.redis import RedisServer
@@ -159,7 +160,7 @@ async def measure(args: argparse.Namespace, root: Path) -> None:
             finally:
                 for replica in replicas:
                     replica.stop()
-                await kube.delete(f"/api/v1/namespaces/{namespace}")
+                await kube.delete(NAMESPACES.path(name=namespace))
     report(one, two, args)
 
 

@@ -18,6 +18,8 @@
     ├── InvalidTokenSecretError       discovery/auth.py  (a ValueError) unusable token file
     ├── InvalidTtlError               leases/store.py    (a ValueError) TTL out of range
     ├── MissingToolError              toolchain.py       a binary is not installed
+    ├── ClosedError                   errors.py          (a RuntimeError) a closed client or
+    │                                                    stack worker was given new work
     └── dev cluster: StartupError, PodRejectedError, ContainerExitedError
 
 Where a standard base says what kind of error it is (ValueError for bad
@@ -30,3 +32,11 @@ from __future__ import annotations
 
 class EgressProxiesError(Exception):
     """Any error raised by egress-proxies itself (not by a library it calls)."""
+
+
+class ClosedError(EgressProxiesError, RuntimeError):
+    """New work for a component after its `close()`: a shutdown that closed it too early.
+
+    The Kubernetes client and the stack worker raise it instead of quietly
+    opening a new connection pool or starting a new worker process.
+    """

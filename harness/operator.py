@@ -16,14 +16,15 @@ from typing import Any
 from egress_proxies import toolchain
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.devcluster.node import image_ref
-from egress_proxies.devcluster.processes import Child, spawn
-from egress_proxies.kube import ApiError, KubeClient
-from egress_proxies.model import GROUP, PLURAL, VERSION
+from egress_proxies.devcluster.processes import Child
+from egress_proxies.kube import KubeClient, NotFoundError
+from egress_proxies.kube.resources import PROXIES, SECRETS
 from harness.cluster import wait_for
+from harness.process import ManagedProcess
 
 
 @dataclass
-class OperatorProcess:
+class OperatorProcess(ManagedProcess):
     """One `egress-proxies run` child, restricted to one namespace, with a counting pulumi."""
 
     namespace: str
@@ -37,11 +38,12 @@ class OperatorProcess:
     child: Child | None = None
     starts: int = field(default=0)
     args: list[str] = field(default_factory=list)  # more `run` flags, e.g. --shard-selector
+    graceful_stop: float | None = 30.0  # kopf shuts down cleanly on SIGTERM
 
     def start(self) -> None:
         """Start (or restart) the operator."""
         self.starts += 1
-        self.child = spawn(
+        self._spawn(
             f"operator-{self.starts}",
             [
                 sys.executable,
@@ -53,18 +55,8 @@ class OperatorProcess:
                 *self.args,
             ],
             pid_dir=self.state_dir / "test-pids",
-            log=self.log,
             env=self.env,
         )
-
-    def stop(self) -> None:
-        """SIGTERM and wait (kopf shuts down cleanly)."""
-        if self.child is not None and self.child.alive():
-            os.kill(self.child.process.pid, signal.SIGTERM)
-            try:
-                self.child.process.wait(timeout=30)
-            finally:
-                self.child.stop()
 
     def kill(self) -> None:
         """SIGKILL the operator and every descendant (pulumi runs plugins in their own groups)."""
@@ -81,10 +73,6 @@ class OperatorProcess:
         if not self.pulumi_calls.exists():
             return []
         return self.pulumi_calls.read_text().splitlines()
-
-    def log_text(self) -> str:
-        """Everything the operator logged."""
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def descendants(pid: int) -> list[int]:
@@ -194,13 +182,13 @@ RESHAPED = {
 
 
 def proxy_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-    return f"{base}/{name}" if name else base
+    """The Proxies of `namespace`, or one of them."""
+    return PROXIES.path(namespace, name or None)
 
 
 def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": PROXIES.api_version,
         "kind": "Proxy",
         "metadata": {"name": name},
         "spec": {"provider": "kubernetes", "kubernetes": {}, **spec},
@@ -210,7 +198,7 @@ def managed_proxy(name: str, **spec: Any) -> dict[str, Any]:
 async def proxy_credentials(kube: KubeClient, namespace: str, body: dict[str, Any]) -> str:
     """`user:password` of a managed Proxy, from its credentials Secret."""
     secret_name = body["status"]["credentialsSecret"]
-    secret = await kube.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    secret = await kube.get(SECRETS.path(namespace, secret_name))
     user = base64.b64decode(secret["data"]["username"]).decode()
     password = base64.b64decode(secret["data"]["password"]).decode()
     return f"{user}:{password}"
@@ -247,8 +235,8 @@ async def wait_gone(kube: KubeClient, path: str, timeout: float = 120) -> None:
     async def gone() -> bool:
         try:
             await kube.get(path)
-        except ApiError as error:
-            return error.status == 404
+        except NotFoundError:
+            return True
         return False
 
     await wait_for(gone, timeout=timeout, interval=0.25)

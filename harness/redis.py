@@ -7,32 +7,30 @@
 
 Debian's redis-server, no persistence, in its own temporary directory; tied
 to this process (`setpriv --pdeathsig`) so a killed test run leaves nothing.
+Starting, stopping, pausing and resuming are `harness.process.ManagedProcess`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import TracebackType
 
 from redis.asyncio import Redis
 
 from egress_proxies import toolchain
-from egress_proxies.devcluster.processes import Child, spawn
+from harness.process import ManagedProcess
 from harness.squid import LOOPBACK, free_ports
 
 _START_TIMEOUT = 20.0
 
 
-class RedisServer:
+class RedisServer(ManagedProcess):
     """One redis-server on a free loopback port, optionally with a password (AUTH)."""
 
     def __init__(self, *, password: str | None = None, host: str = LOOPBACK) -> None:
@@ -40,10 +38,10 @@ class RedisServer:
         [self.port] = free_ports(1, host)
         self.password = password
         self.run_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-redis-"))
-        self._child: Child | None = None
+        self.log = self.run_dir / "redis.log"
 
     def __repr__(self) -> str:
-        state = "not started" if self._child is None else repr(self._child)
+        state = "not started" if self.child is None else repr(self.child)
         auth = "auth" if self.password else "open"
         return f"<RedisServer {self.host}:{self.port} {auth} {state}>"
 
@@ -53,17 +51,8 @@ class RedisServer:
         userinfo = f":{self.password}@" if self.password else ""
         return f"redis://{userinfo}{self.host}:{self.port}/0"
 
-    @property
-    def pid(self) -> int:
-        """The server's process id (it must be running)."""
-        if self._child is None:
-            raise RuntimeError(f"{self!r} is not running")
-        return self._child.process.pid
-
     def start(self) -> None:
         """Start redis-server (again, on the same port) and wait until it answers PING."""
-        if self._child is not None and self._child.alive():
-            raise RuntimeError(f"{self!r} is already running")
         argv = [
             str(toolchain.redis_server()),
             "--port",
@@ -83,38 +72,14 @@ class RedisServer:
         ]
         if self.password:
             argv += ["--requirepass", self.password]
-        self._child = spawn(
-            f"redis-{self.port}",
-            argv,
-            pid_dir=self.run_dir / "pids",
-            log=self.run_dir / "redis.log",
-        )
+        child = self._spawn(f"redis-{self.port}", argv, pid_dir=self.run_dir / "pids")
         deadline = time.monotonic() + _START_TIMEOUT
         while not self._answers():
-            if not self._child.alive() or time.monotonic() > deadline:
-                tail = self._child.log_tail()
-                self._child.stop()
-                self._child = None
+            if not child.alive() or time.monotonic() > deadline:
+                tail = child.log_tail()
+                self.stop()
                 raise RuntimeError(f"redis-server did not start: {tail}")
             time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Kill redis-server at once (paused or not); its port refuses connections."""
-        if self._child is None:
-            return
-        child, self._child = self._child, None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.process.pid, signal.SIGKILL)
-        child.process.wait(timeout=10)
-        child.pid_file.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """SIGSTOP the server: the kernel still accepts connections, nobody answers."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused server."""
-        self._signal(signal.SIGCONT)
 
     def close(self) -> None:
         """Stop the server and remove its directory."""
@@ -125,10 +90,6 @@ class RedisServer:
         """CPU time (user + system) the server has used so far, from /proc."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._child is not None and self._child.alive():
-            os.killpg(self._child.process.pid, sig)
 
     async def commands_sent(self, action: Callable[[], Awaitable[object]]) -> list[str]:
         """The command names clients (not Lua scripts) sent while `action` ran (MONITOR)."""
@@ -163,19 +124,3 @@ class RedisServer:
                 return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
-
-    def __enter__(self) -> RedisServer:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -12,26 +12,24 @@ authenticated exactly like a managed proxy: the project's own
         squid.pause(); squid.resume()  # SIGSTOP / SIGCONT: accepts, never answers
 
 The run directory lives under /tmp, not under pytest's 0700 tmp dirs: squid
-runs as `proxy`, which must traverse it.
+runs as `proxy`, which must traverse it. Starting, stopping, pausing and
+resuming are `harness.process.ManagedProcess`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import shutil
-import signal
 import socket
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from egress_proxies import toolchain
-from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
+from harness.process import ManagedProcess
 
 SQUID_USER = "proxy"
 MAX_PORTS_PER_PROCESS = 128
@@ -73,7 +71,7 @@ shutdown_lifetime 1 seconds
 """
 
 
-class SquidProcess:
+class SquidProcess(ManagedProcess):
     """One squid process listening on `ports` loopback ports, open or with basic auth."""
 
     def __init__(
@@ -89,11 +87,11 @@ class SquidProcess:
         self.ports = tuple(free_ports(ports, host))
         self.credentials = credentials
         self.run_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-squid-", dir="/tmp"))
-        self._child: Child | None = None
+        self.log = self.run_dir / "squid.out"
         self._write_files()
 
     def __repr__(self) -> str:
-        state = "not started" if self._child is None else repr(self._child)
+        state = "not started" if self.child is None else repr(self.child)
         auth = "auth" if self.credentials else "open"
         return f"<SquidProcess {self.host} ports={len(self.ports)} {auth} {state}>"
 
@@ -128,57 +126,28 @@ class SquidProcess:
 
     def start(self) -> None:
         """Start squid (again, on the same ports) and wait until every port accepts."""
-        if self._child is not None and self._child.alive():
-            raise RuntimeError(f"{self!r} is already running")
-        self._child = spawn(
+        child = self._spawn(
             f"squid-{self.ports[0]}",
             [str(toolchain.squid()), "-N", "-f", str(self.run_dir / "squid.conf")],
             pid_dir=self.run_dir / "pids",
-            log=self.run_dir / "squid.out",
             user=SQUID_USER,
         )
         deadline = time.monotonic() + _START_TIMEOUT
         pending = list(self.ports)
         while pending:
-            if not self._child.alive() or time.monotonic() > deadline:
+            if not child.alive() or time.monotonic() > deadline:
                 tail = self._cache_log_tail()
-                self._child.stop()
+                self.stop()
                 raise RuntimeError(f"squid did not start listening: {tail}")
             if _accepts(self.host, pending[0]):
                 pending.pop(0)
             else:
                 time.sleep(0.05)
 
-    def stop(self) -> None:
-        """Kill squid and its helpers at once (paused or not); its ports refuse connections.
-
-        SIGKILL rather than SIGTERM: a graceful squid shutdown takes seconds and
-        tests want the proxy gone, not a clean cache.
-        """
-        if self._child is None:
-            return
-        child, self._child = self._child, None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.process.pid, signal.SIGKILL)
-        child.process.wait(timeout=10)
-        child.pid_file.unlink(missing_ok=True)
-
-    def pause(self) -> None:
-        """SIGSTOP squid and its helpers: the kernel still accepts connections, nobody answers."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused squid."""
-        self._signal(signal.SIGCONT)
-
     def close(self) -> None:
         """Stop squid and remove its run directory."""
         self.stop()
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        if self._child is not None and self._child.alive():
-            os.killpg(self._child.process.pid, sig)
 
     def _cache_log_tail(self) -> str:
         for name in ("cache.log", "squid.out"):
@@ -186,22 +155,6 @@ class SquidProcess:
             if path.exists() and path.stat().st_size:
                 return path.read_text(errors="replace")[-800:]
         return "(no output)"
-
-    def __enter__(self) -> SquidProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _accepts(host: str, port: int) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,15 +12,16 @@ from typing import Any
 import aiohttp
 
 from egress_proxies.devcluster.controlplane import free_port
-from egress_proxies.devcluster.processes import Child, spawn
+from egress_proxies.devcluster.processes import Child
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import GROUP, VERSION
+from egress_proxies.kube.resources import PROXIES
 from harness.cluster import wait_for
 from harness.operator import proxy_path
+from harness.process import ManagedProcess
 
 
 @dataclass
-class DiscoveryProcess:
+class DiscoveryProcess(ManagedProcess):
     """One `egress-proxies discovery` child on a loopback port, with bearer auth."""
 
     name: str
@@ -35,24 +35,18 @@ class DiscoveryProcess:
     port: int = field(default_factory=free_port)
     child: Child | None = None
     starts: int = 0
+    graceful_stop: float | None = 15.0
 
     @property
     def url(self) -> str:
         """Where it serves."""
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def pid(self) -> int:
-        """The running process's id."""
-        if self.child is None:
-            raise RuntimeError(f"{self.name} is not running")
-        return self.child.process.pid
-
     def start(self) -> None:
         """Start (or restart) it on the same port."""
         self.starts += 1
         env = {**os.environ, "EGRESS_PROXIES_LOG_LEVEL": "INFO"}
-        self.child = spawn(
+        self._spawn(
             f"{self.name}-{self.starts}",
             [
                 sys.executable,
@@ -75,7 +69,6 @@ class DiscoveryProcess:
                 str(self.token_dir),
             ],
             pid_dir=self.pid_dir,
-            log=self.log,
             env=env,
         )
 
@@ -96,26 +89,13 @@ class DiscoveryProcess:
 
         await wait_for(check, timeout=timeout, interval=0.1)
 
-    def stop(self) -> None:
-        """SIGTERM and wait for it."""
-        if self.child is not None and self.child.alive():
-            os.kill(self.child.process.pid, signal.SIGTERM)
-            try:
-                self.child.process.wait(timeout=15)
-            finally:
-                self.child.stop()
-
-    def log_text(self) -> str:
-        """Everything it logged."""
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
 
 def external_proxy(
     name: str, port: int, max_leases: int = 1, attributes: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """An External Proxy at 127.0.0.1:port."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": PROXIES.api_version,
         "kind": "Proxy",
         "metadata": {"name": name},
         "spec": {

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from egress_proxies import toolchain
-from egress_proxies.devcluster import ApiError, KubeClient
+from egress_proxies.kube import KubeClient, NotFoundError
+from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
 from harness.origins import use_origin_host
 from harness.redis import RedisServer
@@ -125,8 +126,8 @@ async def create_namespace(
     """A fresh namespace named after the test, once its default ServiceAccount exists."""
     stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
     name = f"{stem}-{secrets.token_hex(3)}"
-    await kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": labels or {}}})
-    await wait_for(lambda: _exists(kube, f"/api/v1/namespaces/{name}/serviceaccounts/default"))
+    await kube.create(NAMESPACES.path(), {"metadata": {"name": name, "labels": labels or {}}})
+    await wait_for(lambda: _exists(kube, SERVICE_ACCOUNTS.path(name, "default")))
     return name
 
 
@@ -135,7 +136,7 @@ async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> AsyncIt
     """A fresh namespace with its default ServiceAccount; deleted (not awaited) afterwards."""
     name = await create_namespace(kube, request)
     yield name
-    await kube.delete(f"/api/v1/namespaces/{name}")
+    await kube.delete(NAMESPACES.path(name=name))
 
 
 @pytest.fixture
@@ -145,16 +146,14 @@ async def restricted_namespace(
     """A fresh namespace whose pods must pass Pod Security "restricted" (API server admission)."""
     name = await create_namespace(kube, request, RESTRICTED)
     yield name
-    await kube.delete(f"/api/v1/namespaces/{name}")
+    await kube.delete(NAMESPACES.path(name=name))
 
 
 async def _exists(kube: KubeClient, path: str) -> bool:
     try:
         await kube.get(path)
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
+    except NotFoundError:
+        return False
     return True
 
 

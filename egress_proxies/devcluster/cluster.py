@@ -27,6 +27,7 @@ from egress_proxies.devcluster.node import Node, NodeError, cgroup_name, remove_
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
 from egress_proxies.devcluster.volumes import HostPathProvisioner
 from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
 from egress_proxies.toolchain import MissingToolError
 
 Progress = Callable[[str], None]
@@ -162,7 +163,7 @@ async def install_crds(client: KubeClient, crd_dir: Path, progress: Progress) ->
             progress(f"installing CRD {name}")
             await client.request(
                 "PATCH",
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                CUSTOM_RESOURCE_DEFINITIONS.path(name=name),
                 body=document,
                 params={"fieldManager": "egress-proxies-dev-cluster", "force": "true"},
                 content_type=_APPLY_PATCH,
@@ -177,9 +178,7 @@ async def _wait_established(client: KubeClient, name: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            crd = await client.get(
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-            )
+            crd = await client.get(CUSTOM_RESOURCE_DEFINITIONS.path(name=name))
         except ApiError:
             crd = {}
         conditions = (crd.get("status") or {}).get("conditions") or []

@@ -19,6 +19,7 @@ import aiohttp
 
 from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.kube import JsonObject, KubeClient
+from egress_proxies.kube.resources import ENDPOINT_SLICES, SERVICES
 
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_NAME = "kube-dns"
@@ -101,13 +102,13 @@ def endpoint_slice(network: NodeNetwork) -> JsonObject:
 async def publish(client: KubeClient, network: NodeNetwork) -> None:
     """Create or update the `kube-dns` Service and its EndpointSlice."""
     await client.apply(
-        f"/api/v1/namespaces/{NAMESPACE}/services/{SERVICE_NAME}",
+        SERVICES.path(NAMESPACE, SERVICE_NAME),
         service(network),
         field_manager=FIELD_MANAGER,
         force=True,
     )
     await client.apply(
-        f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices/{SERVICE_NAME}-node",
+        ENDPOINT_SLICES.path(NAMESPACE, f"{SERVICE_NAME}-node"),
         endpoint_slice(network),
         field_manager=FIELD_MANAGER,
         force=True,

@@ -25,6 +25,7 @@ from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube.resources import SERVICE_ACCOUNTS
 
 # Namespaces delete, namespaces get their ServiceAccounts and tokens, owner
 # references are collected; the node's taints follow its conditions, Services
@@ -299,7 +300,7 @@ class ControlPlane:
 
             async def exists() -> bool:
                 try:
-                    await client.get("/api/v1/namespaces/default/serviceaccounts/default")
+                    await client.get(SERVICE_ACCOUNTS.path("default", "default"))
                 except ApiError:
                     return False
                 return True

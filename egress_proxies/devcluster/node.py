@@ -47,6 +47,7 @@ from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube.resources import NODES
 
 NODE_NAME = "dev-node"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
@@ -463,7 +464,7 @@ disabled_plugins = [
                         f"its log ({failed.log}) ends:\n{failed.log_tail()}"
                     )
                 try:
-                    node = await client.get(f"/api/v1/nodes/{NODE_NAME}")
+                    node = await client.get(NODES.path(name=NODE_NAME))
                 except ApiError:
                     node = {}
                 conditions = (node.get("status") or {}).get("conditions") or []

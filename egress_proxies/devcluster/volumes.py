@@ -20,14 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from egress_proxies.kube import ApiError, ConflictError, KubeClient, TransportError
+from egress_proxies.kube.resources import (
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+)
 
 logger = logging.getLogger(__name__)
 
 STORAGE_CLASS = "standard"
 PROVISIONER = "dev-cluster.egress-proxies/hostpath"
-_STORAGE = "/apis/storage.k8s.io/v1/storageclasses"
-_VOLUMES = "/api/v1/persistentvolumes"
-_CLAIMS = "/api/v1/persistentvolumeclaims"
 
 
 def storage_class() -> dict[str, Any]:
@@ -84,7 +86,7 @@ class HostPathProvisioner:
     async def install(self) -> None:
         """Create the default StorageClass (once per cluster)."""
         with contextlib.suppress(ConflictError):
-            await self._kube.create(_STORAGE, storage_class())
+            await self._kube.create(STORAGE_CLASSES.path(), storage_class())
 
     async def run(self) -> None:
         """Provision and reclaim until cancelled."""
@@ -98,8 +100,8 @@ class HostPathProvisioner:
 
     async def sync(self) -> None:
         """One pass: a volume for each pending claim, none for each released one."""
-        claims = (await self._kube.get(_CLAIMS))["items"]
-        volumes = (await self._kube.get(_VOLUMES))["items"]
+        claims = (await self._kube.get(PERSISTENT_VOLUME_CLAIMS.path()))["items"]
+        volumes = (await self._kube.get(PERSISTENT_VOLUMES.path()))["items"]
         provisioned = {v["metadata"]["name"] for v in volumes}
         for claim in claims:
             spec = claim["spec"]
@@ -111,7 +113,7 @@ class HostPathProvisioner:
             directory = Path(volume["spec"]["hostPath"]["path"])
             directory.mkdir(exist_ok=True)
             directory.chmod(0o777)
-            await self._kube.create(_VOLUMES, volume)
+            await self._kube.create(PERSISTENT_VOLUMES.path(), volume)
         for volume in volumes:
             annotations = volume["metadata"].get("annotations") or {}
             released = (volume.get("status") or {}).get("phase") == "Released"
@@ -119,4 +121,4 @@ class HostPathProvisioner:
                 directory = Path(volume["spec"]["hostPath"]["path"])
                 if directory.parent == self._root:
                     shutil.rmtree(directory, ignore_errors=True)
-                await self._kube.delete(f"{_VOLUMES}/{volume['metadata']['name']}")
+                await self._kube.delete(PERSISTENT_VOLUMES.path(name=volume["metadata"]["name"]))

@@ -1,4 +1,4 @@
-"""The discovery + lease HTTP API for crawlers (seed section 7).
+"""The discovery + lease HTTP API for crawlers.
 
     app = create_app(catalog, store, tokens, metrics=lease_metrics)
     runner = await start(app, "0.0.0.0", 8090)   # ... await runner.cleanup()

@@ -123,6 +123,6 @@ class BearerAuth:
             )
         else:
             logger.error(
-                "discovery API has no valid tokens: every request except /healthz is "
-                "refused until the token Secret provides one"
+                "discovery API has no valid tokens: every request except /healthz, "
+                "/readyz and /openapi.json is refused until the token Secret provides one"
             )

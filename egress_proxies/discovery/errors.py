@@ -87,10 +87,10 @@ def store_unavailable(error: StoreUnavailableError) -> ApiError:
 
 
 def _detail(request: web.Request, error: web.HTTPException) -> str:
-    if error.status == 404:
+    if isinstance(error, web.HTTPNotFound):
         return "no such route; see /openapi.json"
-    if error.status == 405:
+    if isinstance(error, web.HTTPMethodNotAllowed):
         return f"{request.method} is not allowed on this route"
-    if error.status == 413:
+    if isinstance(error, web.HTTPRequestEntityTooLarge):
         return f"request bodies are limited to {request.client_max_size} bytes"
     return error.reason

@@ -1,1 +1,1 @@
-"""The orphan garbage collector: stack state vs Proxies vs tagged instances (seed section 8)."""
+"""The orphan garbage collector: stack state vs Proxies vs tagged instances."""

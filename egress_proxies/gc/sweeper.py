@@ -23,8 +23,9 @@ from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
 from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube.resources import PROXIES
 from egress_proxies.kube.selectors import LabelSelector
-from egress_proxies.model import GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.model import ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import FileBackend
@@ -281,11 +282,7 @@ async def list_live_proxies(
 
     All of them, whichever shard owns them; `owned` says which `selector` picks.
     """
-    paths = (
-        [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces]
-        if namespaces
-        else [f"/apis/{GROUP}/{VERSION}/{PLURAL}"]
-    )
+    paths = [PROXIES.path(ns) for ns in namespaces] if namespaces else [PROXIES.path()]
     proxies: list[LiveProxy] = []
     for path in paths:
         listing = await client.get(path)

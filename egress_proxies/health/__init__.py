@@ -1,4 +1,4 @@
-"""The health engine: probes every proxy through the proxy (seed section 6).
+"""The health engine: probes every proxy through the proxy.
 
 `HealthEngine` schedules probes over the catalog and emits a `HealthReport`
 only on a first verdict, a threshold flip or a significant latency change;

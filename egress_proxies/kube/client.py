@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2 as httpx
 from lightkube.core.exceptions import ConfigError
 
+from egress_proxies.errors import ClosedError
 from egress_proxies.kube.config import Credentials
-from egress_proxies.kube.errors import ApiError, TransportError, api_error
+from egress_proxies.kube.errors import ApiError, NotFoundError, TransportError, api_error
 
 JsonObject = dict[str, Any]
 
@@ -38,6 +39,7 @@ class KubeClient:
         self._credentials = credentials
         self._timeout = timeout
         self._http: httpx.AsyncClient | None = None
+        self._closed = False
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -51,16 +53,25 @@ class KubeClient:
         return self._credentials
 
     def __repr__(self) -> str:
-        state = "open" if self._http is not None and not self._http.is_closed else "idle"
+        if self._closed:
+            state = "closed"
+        else:
+            state = "open" if self._http is not None and not self._http.is_closed else "idle"
         return f"<KubeClient {self._credentials.server} [{state}]>"
 
     async def close(self) -> None:
-        """Release the connection pool."""
+        """Release the connection pool; every later request raises ClosedError."""
+        self._closed = True
         if self._http is not None:
             await self._http.aclose()
             self._http = None
 
     def _client(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise ClosedError(
+                f"the Kubernetes client for {self._credentials.server} is closed: "
+                "whatever still calls it should have been stopped first"
+            )
         if self._http is None or self._http.is_closed:
             self._http = self._credentials.http_client(self._timeout)
         return self._http
@@ -132,10 +143,8 @@ class KubeClient:
         body = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else None
         try:
             return await self.request("DELETE", path, body=body)
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
+        except NotFoundError:
+            return None
 
     async def watch(
         self,
@@ -168,6 +177,26 @@ class KubeClient:
             raise TransportError(f"watch {path}: {error!r}") from error
         finally:
             await response.aclose()
+
+
+class Patcher(Protocol):
+    """Anything that merge-patches an object by path: a KubeClient, or a test's fake of one."""
+
+    async def patch(self, path: str, body: JsonObject, *, strategic: bool = False) -> JsonObject:
+        """Merge-patch the object at `path`."""
+        ...
+
+
+async def annotate(client: Patcher, path: str, key: str, value: str) -> None:
+    """Set one annotation on the object at `path`; an object that is gone is left alone.
+
+    A changed annotation is also how the operator nudges kopf: the Proxy's
+    update handlers run again.
+    """
+    try:
+        await client.patch(path, {"metadata": {"annotations": {key: value}}})
+    except NotFoundError:
+        return
 
 
 def _api_error(status: int, text: str) -> ApiError:

@@ -1,6 +1,6 @@
 """A list+watch reflector: one collection mirrored into a sink, no API call per read.
 
-    reflector = Reflector(client, "/apis/egress.example/v1/proxies", sink)
+    reflector = Reflector(client, PROXIES.path(), sink)
     task = asyncio.create_task(reflector.run())   # reflector.synced is set after the first list
 
 It lists the collection (the sink gets `replace` with every object), then

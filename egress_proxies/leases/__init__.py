@@ -1,4 +1,4 @@
-"""The lease and cooldown store behind the discovery API (seed section 7).
+"""The lease and cooldown store behind the discovery API.
 
 A crawler leases the least-loaded healthy proxy matching its selector, releases
 it when done, and reports `rate_limited` or `banned` to put the {proxy, target}

@@ -1,1 +1,1 @@
-"""The kopf operator: handlers around a pure reconcile state machine (seed section 2-4)."""
+"""The kopf operator: handlers around a pure reconcile state machine (docs/operator.md)."""

@@ -34,6 +34,8 @@ from egress_proxies.gc.sweeper import (
 from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
 from egress_proxies.health import HealthEngine, HttpProber, Prober, ProbeResult
 from egress_proxies.kube import Credentials, KubeClient
+from egress_proxies.kube.client import annotate
+from egress_proxies.kube.resources import PROXIES
 from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
@@ -46,7 +48,7 @@ from egress_proxies.leases import (
     redact_url,
 )
 from egress_proxies.leases import Clock as TimeSource
-from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, PLURAL, VERSION, ProviderName
+from egress_proxies.model import DEFAULT_SQUID_IMAGE, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
     REQUEUE_ANNOTATION,
@@ -372,9 +374,8 @@ class Operator:
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
         stamp = self.clock.utcnow().isoformat()
-        await self.client.patch(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
-            {"metadata": {"annotations": {RECONCILE_REQUEST_ANNOTATION: stamp}}},
+        await annotate(
+            self.client, PROXIES.path(namespace, name), RECONCILE_REQUEST_ANNOTATION, stamp
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -442,12 +443,13 @@ class Operator:
             try:
                 await self._run_kopf(stop_flag)
             finally:
+                # Producers first (kopf has stopped): then nothing uses what closes next.
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
                 for server in servers:
                     await server.cleanup()
-                await self.leases.close()
+                await self._close()
 
     async def _refresh_lease_counts(self) -> None:
         """Read the store's totals for the gauges (a scrape cannot await a Redis call)."""
@@ -493,12 +495,16 @@ class Operator:
                 ),
             )
         finally:
-            await self.requeue.close()
-            await self.client.close()
-            if self.gce is not None:
-                await self.gce.close()
-            await self.runner.close()
-            self.claim.release()
+            await self.requeue.close()  # it touches Proxies through the client
+
+    async def _close(self) -> None:
+        """Close what the components used, once none of them runs; the state dir goes last."""
+        await self.leases.close()
+        await self.client.close()
+        if self.gce is not None:
+            await self.gce.close()
+        await self.runner.close()
+        self.claim.release()
 
 
 class _TracedProber:

@@ -12,7 +12,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import ConflictError, NotFoundError
+from egress_proxies.kube.resources import SECRETS
 from egress_proxies.model import GROUP, KIND, UID_LABEL, VERSION
 from egress_proxies.operator.ports import ApiClient
 from egress_proxies.stacks.naming import instance_name
@@ -71,13 +72,11 @@ async def ensure_credentials(
     if known and "username" in known and "password" in known:
         return ProxyCredentials(known["username"], known["password"])
     meta = body["metadata"]
-    path = f"/api/v1/namespaces/{meta['namespace']}/secrets"
-    name = credentials_secret_name(meta["uid"])
+    namespace, name = meta["namespace"], credentials_secret_name(meta["uid"])
     try:
-        existing = await client.get(f"{path}/{name}")
-    except ApiError as error:
-        if error.status != 404:
-            raise
+        existing = await client.get(SECRETS.path(namespace, name))
+    except NotFoundError:
+        pass
     else:
         data = existing.get("data") or {}
         return ProxyCredentials(
@@ -86,14 +85,12 @@ async def ensure_credentials(
         )
     generated = ProxyCredentials(USERNAME, secrets.token_urlsafe(24))
     try:
-        await client.create(path, credentials_secret(body, generated, labels))
-    except ApiError as error:
-        if error.status == 409:  # created concurrently: use that one
-            return await ensure_credentials(client, body, None, labels)
-        raise
+        await client.create(SECRETS.path(namespace), credentials_secret(body, generated, labels))
+    except ConflictError:  # created concurrently: use that one
+        return await ensure_credentials(client, body, None, labels)
     return generated
 
 
 async def delete_credentials(client: ApiClient, namespace: str, uid: str) -> None:
     """Delete a Proxy's credentials Secret (missing is fine)."""
-    await client.delete(f"/api/v1/namespaces/{namespace}/secrets/{credentials_secret_name(uid)}")
+    await client.delete(SECRETS.path(namespace, credentials_secret_name(uid)))

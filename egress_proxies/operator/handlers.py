@@ -8,6 +8,7 @@ operation, the retry), and `reconcile_proxy` / `delete_proxy` carry it out.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,7 +21,9 @@ from pydantic import ValidationError
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import ConflictError, NotFoundError
+from egress_proxies.kube.client import annotate
+from egress_proxies.kube.resources import PODS, PROXIES
 from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
@@ -220,9 +223,11 @@ def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> 
                 continue
             # Touching an annotation makes kopf deliver an update to the Proxy's handlers.
             pmeta = proxy["metadata"]
-            await c.client.patch(
-                f"/apis/{GROUP}/{VERSION}/namespaces/{pmeta['namespace']}/{PLURAL}/{pmeta['name']}",
-                {"metadata": {"annotations": {CLOUD_INIT_REVISION_ANNOTATION: revision}}},
+            await annotate(
+                c.client,
+                PROXIES.path(pmeta["namespace"], pmeta["name"]),
+                CLOUD_INIT_REVISION_ANNOTATION,
+                revision,
             )
 
 
@@ -293,12 +298,9 @@ async def _drop_unsharded_finalizer(c: Components, body: Mapping[str, Any]) -> N
     kept = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
     patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
     try:
-        await c.client.patch(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{meta['namespace']}/{PLURAL}/{meta['name']}", patch
-        )
-    except ApiError as error:
-        if error.status not in (404, 409):
-            raise
+        await c.client.patch(PROXIES.path(meta["namespace"], meta["name"]), patch)
+    except (NotFoundError, ConflictError):
+        return
 
 
 def is_managed(spec: kopf.Spec, **_: Any) -> bool:
@@ -349,14 +351,7 @@ def reconcile_requested(body: Mapping[str, Any]) -> str | None:
 
 async def touch(c: Components, namespace: str, name: str, annotation: str, value: str) -> None:
     """Set one annotation on a Proxy, which makes kopf run its update handlers."""
-    try:
-        await c.client.patch(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}",
-            {"metadata": {"annotations": {annotation: value}}},
-        )
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    await annotate(c.client, PROXIES.path(namespace, name), annotation, value)
 
 
 async def _observe(
@@ -396,16 +391,14 @@ async def _instance(
         return seen
     try:
         pod = await c.client.get(_pod_path(instance_id))
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    except NotFoundError:
         return gone("missing", instance_id)
     return observe_pod(pod)
 
 
 def _pod_path(instance_id: str) -> str:
     _, namespace, name = instance_id.split("/", 2)
-    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+    return PODS.path(namespace, name)
 
 
 async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: kopf.Patch) -> None:
@@ -453,21 +446,17 @@ async def _remove_instance(
     """
     c.instances.retire(view.uid, instance.key)
     path = _pod_path(instance.instance_id)
-    try:
+    # Gone already, or another incarnation by now: either way this one is not there.
+    with contextlib.suppress(NotFoundError, ConflictError):
         await c.client.request(
             "DELETE", path, body={"gracePeriodSeconds": 0, "preconditions": {"uid": instance.key}}
         )
-    except ApiError as error:
-        if error.status not in (404, 409):  # gone already, or another incarnation by now
-            raise
     deadline = c.clock.monotonic() + _POD_GONE_TIMEOUT
     while c.clock.monotonic() < deadline:
         try:
             pod = await c.client.get(path)
-        except ApiError as error:
-            if error.status == 404:
-                return
-            raise
+        except NotFoundError:
+            return
         if pod["metadata"]["uid"] != instance.key:
             return
         await c.clock.sleep(0.5)

@@ -21,10 +21,9 @@ from typing import Any
 
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import ApiError, ConflictError, KubeClient, NotFoundError
+from egress_proxies.kube.resources import CLUSTER_KOPF_PEERINGS, KOPF_PEERINGS
 
-PEERING_GROUP = "kopf.dev"
-PEERING_VERSION = "v1"
 DEFAULT_PEERING = "egress-proxies"
 PAUSE_CHECK_SECONDS = 2.0
 
@@ -54,10 +53,9 @@ def peer_identity(env: Mapping[str, str], default: str) -> str:
 
 def peering_paths(name: str, namespaces: Sequence[str]) -> list[str]:
     """The peering objects an operator takes part in: one cluster-wide, or one per namespace."""
-    base = f"/apis/{PEERING_GROUP}/{PEERING_VERSION}"
     if not namespaces:
-        return [f"{base}/clusterkopfpeerings/{name}"]
-    return [f"{base}/namespaces/{ns}/kopfpeerings/{name}" for ns in namespaces]
+        return [CLUSTER_KOPF_PEERINGS.path(name=name)]
+    return [KOPF_PEERINGS.path(ns, name) for ns in namespaces]
 
 
 def parse_peers(status: Mapping[str, Any]) -> list[Peer]:
@@ -133,27 +131,28 @@ class Peering:
             try:
                 await self._client.get(path)
                 continue
+            except NotFoundError:
+                pass
             except ApiError as error:
-                if error.status != 404:
-                    raise PeeringError(f"cannot read {path}: {error}") from error
+                raise PeeringError(f"cannot read {path}: {error}") from error
             await self._create(path)
 
     async def _create(self, path: str) -> None:
         collection, name = path.rsplit("/", 1)
         kind = "ClusterKopfPeering" if "/clusterkopfpeerings" in collection else "KopfPeering"
         body = {
-            "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
+            "apiVersion": KOPF_PEERINGS.api_version,
             "kind": kind,
             "metadata": {"name": name},
         }
         try:
             await self._client.create(collection, body)
+        except ConflictError:
+            return
         except ApiError as error:
-            if error.status == 409:
-                return
             hint = (
                 "install crds/kopf-peering.yaml (deploy/ includes it)"
-                if error.status == 404
+                if isinstance(error, NotFoundError)
                 else "grant create on kopf.dev peerings (deploy/base/rbac.yaml) or create it"
             )
             raise PeeringError(

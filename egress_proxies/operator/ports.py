@@ -20,7 +20,7 @@ class ApiClient(Protocol):
     """The Kubernetes API calls the handlers make (paths as the REST API spells them)."""
 
     async def get(self, path: str) -> JsonObject:
-        """The object at `path`; ApiError(404) if there is none."""
+        """The object at `path`; NotFoundError if there is none."""
         ...
 
     async def create(self, path: str, body: JsonObject) -> JsonObject:

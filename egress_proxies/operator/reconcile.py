@@ -7,8 +7,9 @@ it, which providers are enabled), ask `decide` what to do, and carry the
 the annotations to set, the Events, the one stack operation (up, destroy or
 none; release drops the finalizer), and when to look again. The outcome of
 the operation comes back through `after_up`, `after_failure` or
-`after_destroy_failure` as another Decision. Every branch of seed sections
-3-4 is a branch of these functions and is unit-tested without a cluster.
+`after_destroy_failure` as another Decision. Every step of a Proxy's
+lifecycle (docs/operator.md) is a branch of these functions and is
+unit-tested without a cluster.
 
 A watched instance (a Squid pod) makes the Proxy Provisioned only once it
 is ready; one that died, was deleted, or cannot start within the policy's

@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.kube import ApiError
-from egress_proxies.model import GROUP, PLURAL, VERSION, ProxyStatus, compute_phase
+from egress_proxies.kube import NotFoundError
+from egress_proxies.kube.resources import PROXIES
+from egress_proxies.model import ProxyStatus, compute_phase
 from egress_proxies.operator.ports import ApiClient
 
 logger = logging.getLogger(__name__)
@@ -94,12 +95,9 @@ class StatusWriter:
             for condition in status.conditions
         ]
         body = {"status": document}
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
-            await self._client.patch(path, body)
-        except ApiError as error:
-            if error.status == 404:
-                return
-            raise
+            await self._client.patch(PROXIES.path(namespace, name, "status"), body)
+        except NotFoundError:
+            return
         self.patches += 1
         logger.debug("status of %s/%s: phase %s", namespace, name, status.phase)

@@ -21,14 +21,15 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.kube import ApiError, KubeClient
-from egress_proxies.model import GROUP, KIND, PLURAL, VERSION, Condition, ConditionStatus
+from egress_proxies.kube import ConflictError, KubeClient, NotFoundError
+from egress_proxies.kube.client import annotate
+from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
+from egress_proxies.model import KIND, Condition, ConditionStatus
 from egress_proxies.pool_model import (
     AVAILABLE,
     DRAINING_ANNOTATION,
     POOL_KIND,
     POOL_LABEL,
-    POOL_PLURAL,
     PROGRESSING,
     SCALING_LIMITED,
     TEMPLATE_HASH_LABEL,
@@ -269,7 +270,7 @@ class PoolController:
 
     async def _scale(self, namespace: str, name: str, replicas: int) -> None:
         await self._c.client.patch(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}/{name}",
+            PROXY_POOLS.path(namespace, name),
             {"spec": {"replicas": replicas}},
         )
 
@@ -286,24 +287,23 @@ class PoolController:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         pool = f"{namespace}/{name}"
-        proxies = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         for _ in range(step.create):
             proxy = _new_proxy(body, spec, wanted_hash)
             try:
-                await self._c.client.create(proxies, proxy)
-            except ApiError as error:
-                if error.status == 409:  # a name taken: the next round tries another
-                    continue
-                raise
+                await self._c.client.create(PROXIES.path(namespace), proxy)
+            except ConflictError:  # a name taken: the next round tries another
+                continue
             proxy_name = proxy["metadata"]["name"]
             expected.created[proxy_name] = (now + EXPECTATION_SECONDS, wanted_hash)
             logger.info("pool %s: created proxy %s", pool, proxy_name)
         if step.create:
             post_event("Normal", "Created", f"created {step.create} proxies")
         for drain in step.drain:
-            await self._patch_proxy(
-                f"{proxies}/{drain.name}",
-                {"metadata": {"annotations": {DRAINING_ANNOTATION: format_time(now)}}},
+            await annotate(
+                self._c.client,
+                PROXIES.path(namespace, drain.name),
+                DRAINING_ANNOTATION,
+                format_time(now),
             )
             expected.drained[drain.name] = now
             post_event("Normal", "Draining", f"proxy {drain.name}: {drain.reason}")
@@ -311,18 +311,11 @@ class PoolController:
             if self._c.metrics is not None:
                 self._c.metrics.drained(pool, drain.reason)
         for proxy_name in step.delete:
-            await self._c.client.delete(f"{proxies}/{proxy_name}")
+            await self._c.client.delete(PROXIES.path(namespace, proxy_name))
             expected.deleted[proxy_name] = now + EXPECTATION_SECONDS
             expected.drained.pop(proxy_name, None)
             post_event("Normal", "Deleted", f"proxy {proxy_name} drained and deleted")
             logger.info("pool %s: deleted drained proxy %s", pool, proxy_name)
-
-    async def _patch_proxy(self, path: str, patch: dict[str, Any]) -> None:
-        try:
-            await self._c.client.patch(path, patch)
-        except ApiError as error:
-            if error.status != 404:
-                raise
 
     async def _write_status(
         self,
@@ -390,12 +383,10 @@ class PoolController:
             return
         try:
             await self._c.client.patch(
-                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}/{name}/status",
+                PROXY_POOLS.path(namespace, name, "status"),
                 {"status": {**_NULLED, **document}},
             )
-        except ApiError as error:
-            if error.status != 404:
-                raise
+        except NotFoundError:
             return
         self._written[pool] = document
 
@@ -435,7 +426,7 @@ def _new_proxy(pool: Mapping[str, Any], spec: ProxyPoolSpec, wanted_hash: str) -
         TEMPLATE_HASH_LABEL: wanted_hash,
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": PROXIES.api_version,
         "kind": KIND,
         "metadata": {
             "name": f"{meta['name']}-{suffix}",
@@ -443,7 +434,7 @@ def _new_proxy(pool: Mapping[str, Any], spec: ProxyPoolSpec, wanted_hash: str) -
             "labels": labels,
             "ownerReferences": [
                 {
-                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "apiVersion": PROXY_POOLS.api_version,
                     "kind": POOL_KIND,
                     "name": meta["name"],
                     "uid": meta["uid"],

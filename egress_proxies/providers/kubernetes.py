@@ -13,6 +13,7 @@ import datetime
 from typing import Any
 
 from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS, Resource
 from egress_proxies.model import SHARD_LABEL, UID_LABEL, ProviderName
 from egress_proxies.providers.inventory import (
     InstanceId,
@@ -22,7 +23,7 @@ from egress_proxies.providers.inventory import (
     TaggedInstance,
 )
 
-KINDS = ("pods", "configmaps", "secrets")
+KINDS: dict[str, Resource] = {kind.plural: kind for kind in (PODS, CONFIG_MAPS, SECRETS)}
 
 
 def instance_id(kind: str, namespace: str, name: str) -> InstanceId:
@@ -78,14 +79,15 @@ class KubernetesInventory:
         if kind not in KINDS:
             raise InventoryError(f"not a kubernetes inventory id: {instance_id}")
         try:
-            await self._client.delete(f"/api/v1/namespaces/{namespace}/{kind}/{name}")
+            await self._client.delete(KINDS[kind].path(namespace, name))
         except (ApiError, OSError) as error:
             raise InventoryError(f"deleting {instance_id} failed: {error}") from error
 
     def _collection_paths(self, kind: str) -> list[str]:
+        resource = KINDS[kind]
         if not self._namespaces:
-            return [f"/api/v1/{kind}"]
-        return [f"/api/v1/namespaces/{namespace}/{kind}" for namespace in self._namespaces]
+            return [resource.path()]
+        return [resource.path(namespace) for namespace in self._namespaces]
 
 
 def _tagged(kind: str, item: dict[str, Any]) -> TaggedInstance:

@@ -39,7 +39,15 @@ _ERROR_TAIL_CHARS = 4000
 
 
 class _FileBackedStack(auto.Stack):
-    """A Stack that never runs `stack select`, `stack output` or `stack history`."""
+    """A Stack that never runs `stack select`, `stack output` or `stack history`.
+
+    It skips `Stack.__init__` (`stack select`) and replaces `outputs()` and
+    `info()`, which pulumi's `up`, `refresh` and `destroy` call after the
+    command: the public API would start three more CLI processes per
+    operation. This leans on pulumi internals on purpose;
+    tests/unit/test_file_backed_stack.py pins what it leans on and fails on a
+    pulumi upgrade that changes it.
+    """
 
     def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend) -> None:
         self.name = name
@@ -55,6 +63,11 @@ class _FileBackedStack(auto.Stack):
         return {key: auto.OutputValue(value, value is None) for key, value in values.items()}
 
     def info(self, show_secrets: bool = True) -> auto.UpdateSummary | None:
+        """No update history is read: a stand-in summary, which nothing here uses.
+
+        pulumi calls it only after the command exited 0, hence "succeeded";
+        its times are when it was called. Callers read `outputs` only.
+        """
         now = datetime.datetime.now(datetime.UTC)
         return auto.UpdateSummary(
             kind="update",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from egress_proxies.errors import ClosedError
 from egress_proxies.stacks.backend import FileBackend, StackState
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.settings import RunnerSettings
@@ -41,6 +42,7 @@ class StackRunner:
             self._pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="pulumi")
         self._locks: dict[str, asyncio.Lock] = {}
         self._running = 0
+        self._closed = False
 
     def __repr__(self) -> str:
         where = repr(self.worker) if self.worker else "threads"
@@ -50,7 +52,11 @@ class StackRunner:
         )
 
     async def close(self) -> None:
-        """Wait for running operations, then release the threads or the worker."""
+        """Wait for running operations, then release the threads or the worker.
+
+        Every later operation raises ClosedError.
+        """
+        self._closed = True
         if self.worker is not None:
             await self.worker.close()
         if self._pool is not None:
@@ -90,6 +96,8 @@ class StackRunner:
         return self._locks.setdefault(stack, asyncio.Lock())
 
     async def _run(self, operation: str, stack: str, *args: Any) -> Any:
+        if self._closed:
+            raise ClosedError(f"pulumi {operation} of stack {stack}: the stack runner is closed")
         self._running += 1
         try:
             if self.worker is not None:

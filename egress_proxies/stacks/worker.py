@@ -16,7 +16,8 @@ frames on the worker's stdin and a private copy of its stdout; its stderr
 (and any stray print) is the operator's. If the worker dies, each operation
 it had in flight fails as a StackOperationError, which the reconciler
 retries like any failed `up`; the next operation starts a new worker.
-Closing lets operations in flight finish, as the thread pool's shutdown did.
+Closing lets operations in flight finish, as the thread pool's shutdown did;
+a closed worker refuses new ones (ClosedError) rather than start a new process.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from egress_proxies.errors import ClosedError
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.settings import RunnerSettings
 
@@ -75,6 +77,7 @@ class StackWorker:
         self._live: set[_Process] = set()
         self._starting = asyncio.Lock()
         self._ids = itertools.count()
+        self._closed = False
         self.started = 0  # worker processes started, for tests and metrics
 
     def __repr__(self) -> str:
@@ -89,8 +92,14 @@ class StackWorker:
     async def call(self, operation: str, stack: str, *args: Any) -> Any:
         """Run `StackOperations.<operation>(stack, *args)` in the worker; its result or error.
 
-        Raises TypeError, and sends nothing, for arguments that do not pickle.
+        Raises TypeError, and sends nothing, for arguments that do not pickle;
+        ClosedError, and starts nothing, once the worker is closed.
         """
+        if self._closed:
+            raise ClosedError(
+                f"pulumi {operation} of stack {stack}: the stack worker is closed "
+                "(the operator is shutting down); no new worker process is started"
+            )
         try:
             arguments = pickle.dumps((stack, *args), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError) as error:
@@ -115,6 +124,7 @@ class StackWorker:
 
     async def close(self) -> None:
         """Stop taking operations, let the ones in flight finish, and reap every worker."""
+        self._closed = True
         self._current = None
         for proc in list(self._live):
             self._stop(proc)

@@ -1,1 +1,1 @@
-"""Prometheus metrics and OpenTelemetry tracing (seed sections 9-10)."""
+"""Prometheus metrics and OpenTelemetry tracing (docs/operations.md)."""

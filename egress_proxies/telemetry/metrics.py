@@ -1,4 +1,4 @@
-"""The operator's Prometheus registry: every series of seed section 9, assembled explicitly.
+"""The operator's Prometheus registry: every series of docs/operations.md, assembled explicitly.
 
 Nothing registers at import time. The composition root builds one
 `OperatorMetrics` on its registry and hands each component the recorder it

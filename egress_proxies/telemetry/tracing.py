@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing, on only when the standard OTEL_* variables ask for it (seed section 10).
+"""OpenTelemetry tracing, on only when the standard OTEL_* variables ask for it.
 
 `setup_tracing` installs the SDK when OTEL_TRACES_EXPORTER names an exporter
 or an OTLP endpoint is set; OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none

@@ -16,17 +16,15 @@ from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
 from egress_proxies.kube.reflector import Reflector
+from egress_proxies.kube.resources import PROXIES, SECRETS
 from egress_proxies.leases import LeaseLimits, LeaseStore, open_lease_store
 from egress_proxies.leases.opening import MEMORY
 from egress_proxies.leases.urls import redact_url
-from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, GROUP, PLURAL, UID_LABEL, VERSION
+from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, UID_LABEL
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.tier.sinks import ProxySink, SecretSink
 
 logger = logging.getLogger(__name__)
-
-PROXIES_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-SECRETS_PATH = "/api/v1/secrets"
 
 
 @dataclass(frozen=True)
@@ -60,9 +58,9 @@ class DiscoveryTier:
         self.fleet = Fleet()
         self.store = store
         self.reflectors: Sequence[Reflector] = (
-            Reflector(client, PROXIES_PATH, ProxySink(self.fleet)),
+            Reflector(client, PROXIES.path(), ProxySink(self.fleet)),
             *(
-                Reflector(client, SECRETS_PATH, SecretSink(self.fleet), label_selector=label)
+                Reflector(client, SECRETS.path(), SecretSink(self.fleet), label_selector=label)
                 for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL)
             ),
         )

@@ -3,9 +3,6 @@ over a virtual clock the client's sleeps advance, so waits cost no wall time."""
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -18,7 +15,9 @@ from egress_proxies.catalog import ProxyRecord
 from egress_proxies.discovery import create_app
 from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
-from tests.integration.discovery_helpers import ListCatalog, Tokens, VirtualClock
+from tests.fakes import ListCatalog
+from tests.fakes import serve_in_thread as app_in_thread
+from tests.integration.discovery_helpers import Tokens, VirtualClock
 
 
 @dataclass
@@ -60,7 +59,7 @@ def _app(records: tuple[ProxyRecord, ...], **store_settings: Any) -> tuple[web.A
     clock = VirtualClock()
     store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
     tokens, registry = Tokens(), CollectorRegistry()
-    app = create_app(ListCatalog(records), store, tokens, metrics=LeaseMetrics(registry, store))
+    app = create_app(ListCatalog(*records), store, tokens, metrics=LeaseMetrics(registry, store))
     return app, Served("", store, clock, tokens, registry)
 
 
@@ -68,29 +67,8 @@ def _app(records: tuple[ProxyRecord, ...], **store_settings: Any) -> tuple[web.A
 def serve_in_thread(*records: ProxyRecord, **store_settings: Any) -> Iterator[Served]:
     """The app on its own loop in a thread, for the synchronous Pool."""
     app, served = _app(records, **store_settings)
-    ready: queue.Queue[str] = queue.Queue()
-    loop = asyncio.new_event_loop()
-    stop = loop.create_future()
-
-    async def run() -> None:
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        ready.put(f"http://127.0.0.1:{runner.addresses[0][1]}")
-        try:
-            await stop
-        finally:
-            await runner.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    try:
-        served.url = ready.get(timeout=10)
+    with app_in_thread(app) as served.url:
         yield served
-    finally:
-        loop.call_soon_threadsafe(stop.set_result, None)
-        thread.join(timeout=10)
-        loop.close()
 
 
 @asynccontextmanager

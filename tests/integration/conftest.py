@@ -1,19 +1,24 @@
-"""Fixtures of the integration tests that talk to the local stand-in for Google Cloud."""
+"""Fixtures of the integration tests: origin servers to probe through a proxy, and the local
+stand-in for Google Cloud."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
+from egress_proxies.operator.app import OperatorSettings
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import COMPUTE_SCOPE, GoogleAuthTokens
+from harness.origins import Origin, serve_origin
 from tests.integration.fake_compute import (
     PROJECT,
     SERVICE_ACCOUNT_EMAIL,
@@ -21,6 +26,46 @@ from tests.integration.fake_compute import (
     FakeCompute,
     serving,
 )
+
+
+@pytest.fixture
+def offline_operator_settings(tmp_path: Path) -> OperatorSettings:
+    """Settings for an operator that is built, or run with kopf stood in, but reaches no cluster.
+
+    Its API server address is one where nothing listens.
+    """
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {
+        "server": "https://127.0.0.1:1",
+        "certificate-authority-data": base64.b64encode(b"unused").decode(),
+    }
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "dev",
+                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "dev"}}],
+                "clusters": [{"name": "dev", "cluster": cluster}],
+                "users": [{"name": "dev", "user": {"token": "not-used"}}],
+            }
+        )
+    )
+    return OperatorSettings(
+        state_dir=tmp_path / "state", kubeconfig=kubeconfig, passphrase="p", peering=None
+    )
+
+
+@pytest.fixture(scope="module")
+async def http_origin() -> AsyncIterator[Origin]:
+    """A plain HTTP origin, one per test module."""
+    async with serve_origin() as origin:
+        yield origin
+
+
+@pytest.fixture(scope="module")
+async def https_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
+    """An HTTPS origin with a CA of its own (`client_ssl` trusts it), one per test module."""
+    async with serve_origin(tmp_path_factory.mktemp("origin-tls")) as origin:
+        yield origin
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import secrets
-import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +17,7 @@ from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
+from tests.fakes import ListCatalog, serve_in_thread
 
 START = 1_750_000_000.0
 
@@ -56,21 +53,6 @@ def record(name: str, namespace: str = "crawl", **overrides: Any) -> ProxyRecord
         latency_millis=10,
     )
     return replace(base, **overrides)
-
-
-@dataclass
-class ListCatalog:
-    """A catalog over a tuple snapshot, replaced whole when the fleet changes (copy-on-write)."""
-
-    snapshot: tuple[ProxyRecord, ...] = ()
-
-    def records(self) -> Sequence[ProxyRecord]:
-        """The current snapshot."""
-        return self.snapshot
-
-    def replace(self, *records: ProxyRecord) -> None:
-        """Swap in a new fleet."""
-        self.snapshot = tuple(records)
 
 
 @dataclass
@@ -140,7 +122,7 @@ async def serve_api(
     """The discovery app on a loopback port over a list catalog and a virtual-clock store."""
     clock = VirtualClock()
     store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
-    catalog = ListCatalog(tuple(records))
+    catalog = ListCatalog(*records)
     tokens = tokens if tokens is not None else Tokens()
     registry = CollectorRegistry()
     app = create_app(
@@ -157,27 +139,5 @@ async def serve_api(
 @contextmanager
 def serve_api_in_thread(*records: ProxyRecord, tokens: Tokens) -> Iterator[str]:
     """The app on its own event loop in a thread, for synchronous clients; yields the base URL."""
-    ready: queue.Queue[str] = queue.Queue()
-    loop = asyncio.new_event_loop()
-    stop = loop.create_future()
-
-    async def run() -> None:
-        app = create_app(ListCatalog(tuple(records)), MemoryLeaseStore(), tokens)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        ready.put(f"http://127.0.0.1:{runner.addresses[0][1]}")
-        try:
-            await stop
-        finally:
-            await runner.cleanup()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    try:
-        yield ready.get(timeout=10)
-    finally:
-        loop.call_soon_threadsafe(stop.set_result, None)
-        thread.join(timeout=10)
-        loop.close()
+    with serve_in_thread(create_app(ListCatalog(*records), MemoryLeaseStore(), tokens)) as url:
+        yield url

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import re
 import shutil
 import subprocess
@@ -22,7 +23,8 @@ import yaml
 
 from egress_proxies import crd, toolchain
 from egress_proxies.cli import build_parser, read_settings
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import ApiError, ConflictError, KubeClient
+from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
 from tests.conftest import ClusterHandle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,11 +197,9 @@ async def operator_namespace(kube: KubeClient) -> None:
     shipped = yaml.safe_load((DEPLOY / "base" / "namespace.yaml").read_text())
     labels = shipped["metadata"]["labels"]
     try:
-        await kube.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE, "labels": labels}})
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        await kube.patch(f"/api/v1/namespaces/{NAMESPACE}", {"metadata": {"labels": labels}})
+        await kube.create(NAMESPACES.path(), {"metadata": {"name": NAMESPACE, "labels": labels}})
+    except ConflictError:
+        await kube.patch(NAMESPACES.path(name=NAMESPACE), {"metadata": {"labels": labels}})
 
 
 async def test_the_api_server_accepts_the_manifests(
@@ -250,13 +250,9 @@ async def test_the_operator_pod_passes_restricted_admission(
     dev_cluster: ClusterHandle, kube: KubeClient
 ) -> None:
     await operator_namespace(kube)
-    try:  # the ServiceAccount admission plugin checks the pod's account exists, even in a dry run
-        await kube.create(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": NAMESPACE}}
-        )
-    except ApiError as error:
-        if error.status != 409:
-            raise
+    # The ServiceAccount admission plugin checks the pod's account exists, even in a dry run.
+    with contextlib.suppress(ConflictError):
+        await kube.create(SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": NAMESPACE}})
     built = {
         (o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(kustomize(DEPLOY)) if o
     }
@@ -357,14 +353,8 @@ async def test_the_api_server_accepts_the_scale_out_overlay_and_its_pods_are_res
     for name in ("egress-proxies-discovery", "egress-proxies-redis"):
         account = built[("Deployment", name)]["spec"]["template"]["spec"].get("serviceAccountName")
         if account:
-            try:
-                await kube.create(
-                    f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-                    {"metadata": {"name": account}},
-                )
-            except ApiError as error:
-                if error.status != 409:
-                    raise
+            with contextlib.suppress(ConflictError):
+                await kube.create(SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": account}})
         template = built[("Deployment", name)]["spec"]["template"]
         pod = {
             "metadata": {"name": f"{name}-check", **template["metadata"]},

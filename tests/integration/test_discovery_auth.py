@@ -35,9 +35,10 @@ async def test_requests_without_a_valid_token_are_refused(headers: dict[str, str
         assert refused.status == 401
 
 
-async def test_health_and_the_document_need_no_token() -> None:
+async def test_health_readiness_and_the_document_need_no_token() -> None:
     async with serve_api() as api:
         assert (await api.client.get("/healthz")).status == 200
+        assert (await api.client.get("/readyz")).status != 401
         assert (await api.client.get("/openapi.json")).status == 200
 
 
@@ -62,7 +63,10 @@ async def test_no_tokens_refuses_everything_unless_explicitly_allowed(
     caplog.set_level(logging.WARNING, logger="egress_proxies.discovery.auth")
     async with serve_api(tokens=Tokens(frozenset())) as api:
         assert (await api.client.get("/v1/proxies")).status == 401
-    assert "no valid tokens" in caplog.text
+    assert (
+        "no valid tokens: every request except /healthz, /readyz and /openapi.json is refused"
+        in caplog.text
+    )
     caplog.clear()
     async with serve_api(tokens=Tokens(frozenset()), allow_no_auth=True) as api:
         assert (await api.client.get("/v1/proxies")).status == 200

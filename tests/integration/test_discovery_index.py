@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from egress_proxies.catalog import ProxyRecord
 from egress_proxies.discovery.index import CatalogIndex, IndexedCatalog
-from tests.integration.discovery_helpers import ListCatalog, record
+from tests.fakes import ListCatalog
+from tests.integration.discovery_helpers import record
 
 
 def names(records: Sequence[ProxyRecord]) -> list[str]:
@@ -29,7 +30,7 @@ def test_selectors_match_every_pair() -> None:
 
 
 def test_the_index_is_reused_until_the_snapshot_changes() -> None:
-    catalog = ListCatalog((record("a"),))
+    catalog = ListCatalog(record("a"))
     indexed = IndexedCatalog(catalog)
     first = indexed.current()
     assert indexed.current() is first

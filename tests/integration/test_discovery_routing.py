@@ -13,7 +13,8 @@ from aiohttp.typedefs import Handler
 
 from egress_proxies.discovery import MAX_BODY_BYTES, create_app
 from egress_proxies.leases import MemoryLeaseStore
-from tests.integration.discovery_helpers import ListCatalog, Tokens, record, serve_api
+from tests.fakes import ListCatalog
+from tests.integration.discovery_helpers import Tokens, record, serve_api
 
 
 async def chunks(body: bytes, size: int = 7) -> AsyncIterator[bytes]:
@@ -71,7 +72,7 @@ async def test_the_given_middlewares_run_around_every_answer() -> None:
 
     tokens = Tokens()
     app = create_app(
-        ListCatalog((record("eu-1"),)), MemoryLeaseStore(), tokens, middlewares=[record_answers]
+        ListCatalog(record("eu-1")), MemoryLeaseStore(), tokens, middlewares=[record_answers]
     )
     requests: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", "/healthz", {}),

@@ -3,40 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from egress_proxies.operator.app import Operator, OperatorSettings
 from egress_proxies.providers.gcp_auth import CredentialsError
 from tests.integration.fake_compute import PROJECT
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> OperatorSettings:
-    """Settings for an operator that is built but never run (no cluster is contacted)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    cluster = {
-        "server": "https://127.0.0.1:1",
-        "certificate-authority-data": base64.b64encode(b"unused").decode(),
-    }
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "current-context": "dev",
-                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "dev"}}],
-                "clusters": [{"name": "dev", "cluster": cluster}],
-                "users": [{"name": "dev", "user": {"token": "not-used"}}],
-            }
-        )
-    )
-    return OperatorSettings(
-        state_dir=tmp_path / "state", kubeconfig=kubeconfig, passphrase="p", peering=None
-    )
 
 
 def built(settings: OperatorSettings) -> Iterator[Operator]:
@@ -49,13 +24,13 @@ def built(settings: OperatorSettings) -> Iterator[Operator]:
 
 
 def test_with_a_project_the_gc_lists_gce_and_the_poll_runs(
-    settings: OperatorSettings, key_file: Path, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: OperatorSettings, key_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
     interval = datetime.timedelta(seconds=5)
 
     gce = {"gcp_project": PROJECT, "gce_watch_interval": interval}
-    for operator in built(OperatorSettings(**{**settings.__dict__, **gce})):
+    for operator in built(OperatorSettings(**{**offline_operator_settings.__dict__, **gce})):
         assert repr(operator.gce) == (
             f"<GceInventory project={PROJECT} "
             f"api=https://compute.googleapis.com/compute/v1/projects/{PROJECT}>"
@@ -64,17 +39,19 @@ def test_with_a_project_the_gc_lists_gce_and_the_poll_runs(
         assert repr(operator.sweeper).startswith("<Sweeper kubernetes,gcp [")
 
 
-def test_without_a_project_there_is_no_gce_inventory(settings: OperatorSettings) -> None:
-    for operator in built(settings):
+def test_without_a_project_there_is_no_gce_inventory(
+    offline_operator_settings: OperatorSettings,
+) -> None:
+    for operator in built(offline_operator_settings):
         assert operator.gce is None
         assert operator.gce_watcher is None
         assert repr(operator.sweeper).startswith("<Sweeper kubernetes [")
 
 
 def test_a_project_without_credentials_refuses_to_start(
-    settings: OperatorSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: OperatorSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
 
     with pytest.raises(CredentialsError, match="no Google credentials"):
-        Operator(OperatorSettings(**{**settings.__dict__, "gcp_project": PROJECT}))
+        Operator(OperatorSettings(**{**offline_operator_settings.__dict__, "gcp_project": PROJECT}))

@@ -94,26 +94,6 @@ async def fleet(https_origin: Origin) -> AsyncIterator[Fleet]:
             yield fleet
 
 
-@pytest.fixture(autouse=True)
-async def no_leftover_tasks() -> AsyncIterator[None]:
-    before = asyncio.all_tasks()
-    yield
-    leftover = asyncio.all_tasks() - before - {asyncio.current_task()}
-    assert not leftover, f"tasks left running: {leftover}"
-
-
-@pytest.fixture(scope="module")
-async def http_origin() -> AsyncIterator[Origin]:
-    async with serve_origin() as origin:
-        yield origin
-
-
-@pytest.fixture(scope="module")
-async def https_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
-    async with serve_origin(tmp_path_factory.mktemp("origin-tls")) as origin:
-        yield origin
-
-
 @pytest.fixture(scope="module")
 async def untrusted_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
     async with serve_origin(tmp_path_factory.mktemp("untrusted-tls")) as origin:

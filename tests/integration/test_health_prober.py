@@ -14,7 +14,7 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.health import Failure, HttpProber
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
-from harness.origins import ORIGIN_BODY, Origin, serve_origin
+from harness.origins import ORIGIN_BODY, Origin
 from harness.squid import SquidProcess, free_ports
 from tests.conftest import wait_for
 
@@ -62,18 +62,6 @@ def squid() -> Iterator[SquidProcess]:
 @pytest.fixture(scope="module")
 def proxy(squid: SquidProcess) -> tuple[str, int]:
     return squid.host, squid.ports[0]
-
-
-@pytest.fixture(scope="module")
-async def http_origin() -> AsyncIterator[Origin]:
-    async with serve_origin() as origin:
-        yield origin
-
-
-@pytest.fixture(scope="module")
-async def https_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
-    async with serve_origin(tmp_path_factory.mktemp("origin-tls")) as origin:
-        yield origin
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from aiohttp import web
 from egress_proxies.discovery import create_app
 from egress_proxies.leases import RedisLeaseStore
 from harness.redis import RedisServer
-from tests.integration.discovery_helpers import ListCatalog, Tokens, record
+from tests.fakes import ListCatalog
+from tests.integration.discovery_helpers import Tokens, record
 
 OUTAGE_SECONDS = 20.0
 TIMEOUT = 1.0
@@ -45,7 +46,7 @@ class Answer:
 async def serve(redis: RedisServer) -> AsyncIterator[tuple[str, Tokens]]:
     store = RedisLeaseStore(redis.url, prefix="outage", timeout=TIMEOUT)
     tokens = Tokens()
-    fleet = ListCatalog(tuple(record(f"p{i}") for i in range(CRAWLERS * 2)))
+    fleet = ListCatalog(*(record(f"p{i}") for i in range(CRAWLERS * 2)))
     runner = web.AppRunner(create_app(fleet, store, tokens), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()

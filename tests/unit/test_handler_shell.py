@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import ManualClock
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import NotFoundError
 from egress_proxies.model import (
     PERMANENT_ERROR,
     PROVISIONED,
@@ -77,7 +77,7 @@ class FakeApi:
 
     async def get(self, path: str) -> JsonObject:
         if path not in self.objects:
-            raise ApiError(404, "NotFound", path)
+            raise NotFoundError(404, "NotFound", path)
         return copy.deepcopy(self.objects[path])
 
     async def create(self, path: str, body: JsonObject) -> JsonObject:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -15,6 +15,7 @@ from egress_proxies.clock import ManualClock
 from egress_proxies.health import Failure, HealthEngine, HealthReport, ProbeResult
 from egress_proxies.model import HealthCheck
 from egress_proxies.telemetry.probe_metrics import PrometheusProbeMetrics
+from tests.fakes import ListCatalog
 
 INTERVAL = 10
 STEP = 1.5 * INTERVAL  # every proxy is due exactly once per step (see schedule.py)
@@ -39,19 +40,6 @@ def record(name: str, healthy: bool | None = None, **fields: object) -> ProxyRec
         latency_millis=10 if healthy is not None else None,
     )
     return replace(base, **fields)  # type: ignore[arg-type]
-
-
-class ListCatalog:
-    """A catalog the test edits."""
-
-    def __init__(self, *records: ProxyRecord) -> None:
-        self.items = {record.key: record for record in records}
-
-    def records(self) -> Sequence[ProxyRecord]:
-        return list(self.items.values())
-
-    def put(self, record: ProxyRecord) -> None:
-        self.items[record.key] = record
 
 
 @dataclass(frozen=True)
@@ -153,14 +141,6 @@ async def yield_until(condition: Callable[[], bool]) -> None:
     raise AssertionError("condition never held")
 
 
-@pytest.fixture(autouse=True)
-async def no_leftover_tasks() -> AsyncIterator[None]:
-    before = asyncio.all_tasks()
-    yield
-    leftover = asyncio.all_tasks() - before - {asyncio.current_task()}
-    assert not leftover, f"tasks left running: {leftover}"
-
-
 async def test_a_never_probed_proxy_probes_at_once_and_reports_after_success_threshold() -> None:
     h = make_harness(record("a"))
     async with h.engine.running():
@@ -244,7 +224,7 @@ async def test_a_proxy_gone_from_the_catalog_is_pruned_with_its_metrics() -> Non
         await h.step(0)
     assert h.sample("egress_proxies_healthcheck_failures_total", key) == 1
     assert h.sample("egress_proxies_healthcheck_duration_seconds_count", key) == 1
-    del h.catalog.items[key]
+    h.catalog.remove(key)
     await h.step(1)
     assert h.engine.snapshot(key) is None
     assert h.sample("egress_proxies_healthcheck_failures_total", key) is None
@@ -271,7 +251,7 @@ async def test_a_result_for_a_pruned_proxy_is_dropped() -> None:
     async with h.engine.running():
         h.engine.tick()
         await asyncio.sleep(0)  # let a worker pick the probe up
-        del h.catalog.items[key]
+        h.catalog.remove(key)
         h.clock.advance(1)
         h.engine.tick()
         release.set()

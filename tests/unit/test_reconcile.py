@@ -1,4 +1,4 @@
-"""Every branch of the reconcile state machine (seed sections 3-4), without a cluster."""
+"""Every branch of the reconcile state machine, without a cluster."""
 
 from __future__ import annotations
 
