@@ -30,6 +30,11 @@ _DROPPED_KEYS = frozenset({"title", "$defs"})
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
     {"name": "IP", "type": "string", "jsonPath": ".status.ip"},
     {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
     {

@@ -238,6 +238,11 @@ PROVISIONED = "Provisioned"
 HEALTHY = "Healthy"
 PERMANENT_ERROR = "PermanentError"
 INSTANCE_FAILED = "InstanceFailed"
+# The summary conditions GitOps tools and `kubectl wait` read (kstatus): Ready, and
+# Reconciling / Stalled, which are True only while abnormal.
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
 
 
 def find_condition(conditions: list[Condition], kind: str) -> Condition | None:

@@ -50,7 +50,7 @@ def test_printer_columns() -> None:
     columns = [
         c["name"] for c in crd.proxy_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     ]
-    assert columns == ["Phase", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
+    assert columns == ["Phase", "Ready", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
 
 
 POOL_CHECKED_IN = CHECKED_IN.parent / "proxypool.yaml"
