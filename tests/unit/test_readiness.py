@@ -12,6 +12,7 @@ from egress_proxies.model import (
     READY,
     RECONCILING,
     STALLED,
+    Condition,
     ConditionStatus,
     ProxyStatus,
     find_condition,
@@ -32,7 +33,7 @@ def status(
     *,
     observed: int | None = 1,
 ) -> ProxyStatus:
-    conditions = []
+    conditions: list[Condition] = []
     if provisioned is not None:
         conditions = set_condition(
             conditions, PROVISIONED, provisioned[0], reason=provisioned[1], message="m", now=NOW
