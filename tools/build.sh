@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
-# kube-apiserver, kube-controller-manager, kubectl, etcd) from the Go module
-# proxy and installs squid and redis-server from Debian. See docs/development.md.
+# kube-apiserver, kube-controller-manager, kubectl, etcd, kstatus) from the Go
+# module proxy and installs squid and redis-server from Debian. See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -26,25 +26,28 @@ STORE=$CACHE_ROOT/tools
 LOG_DIR=$CACHE_ROOT/logs
 
 ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr)
+    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr kstatus)
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
 # their common packages compile once and their links overlap. The plugin is
 # verified with the CLI, so pulumi comes before it.
-STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd)
+# kstatus is the project's own main package (tools/go/kstatus/main.go) over
+# sigs.k8s.io/cli-utils, not an upstream command.
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd kstatus)
 declare -A STEP_BINARIES=(
     [pulumi]="pulumi"
     [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
     [kubernetes]="kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet kube-proxy"
     [etcd]="etcd"
     [containerd]="containerd containerd-shim-runc-v2 ctr"
+    [kstatus]="kstatus"
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
 # on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
 # cache has timed a build of its own.
-declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180)
+declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180 [kstatus]=127)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No
@@ -200,6 +203,28 @@ regen_wrapper() {
     BUILD_TMP=""
 }
 
+# regen_kstatus: tools/go/kstatus is the project's own program, so its go.mod
+# is not derived from an upstream one: it requires cli-utils at the pinned
+# version and the k8s.io modules at the cluster's (whose compiled packages the
+# kubernetes step leaves in the Go build cache).
+regen_kstatus() {
+    local work
+    CURRENT="module tools/go/kstatus"
+    LOG_FILE=$LOG_DIR/regen-kstatus.log
+    : >"$LOG_FILE"
+    work=$(mktemp -d)
+    BUILD_TMP=$work
+    log "regenerating tools/go/kstatus: sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION..."
+    cp "$TOOLS_DIR/go/kstatus/main.go" "$work/"
+    run go -C "$work" mod init "egress-proxies.local/tools/kstatus"
+    run go -C "$work" get "sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION" \
+        "k8s.io/apimachinery@$KUBERNETES_STAGING_VERSION" "k8s.io/client-go@$KUBERNETES_STAGING_VERSION"
+    run go -C "$work" mod tidy
+    cp "$work/go.mod" "$work/go.sum" "$TOOLS_DIR/go/kstatus/"
+    rm -rf "$work"
+    BUILD_TMP=""
+}
+
 # wants_regen STEP: the step was named after --regen, or none was.
 wants_regen() {
     ((${#REGEN_STEPS[@]} == 0)) || [[ " ${REGEN_STEPS[*]} " == *" $1 "* ]]
@@ -240,6 +265,9 @@ regen_all() {
             -- "$(binary_package containerd)" "$(binary_package containerd-shim-runc-v2)" \
             "$(binary_package ctr)"
     fi
+    if wants_regen kstatus; then
+        regen_kstatus
+    fi
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
@@ -255,6 +283,7 @@ binary_version() {
         printf '%s' "$KUBERNETES_VERSION"
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf '%s' "$CONTAINERD_VERSION" ;;
+    kstatus) printf '%s' "$CLI_UTILS_VERSION" ;;
     esac
 }
 
@@ -269,6 +298,7 @@ binary_package() {
         printf 'k8s.io/kubernetes/cmd/%s' "$1"
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf 'github.com/containerd/containerd/v2/cmd/%s' "$1" ;;
+    kstatus) printf '%s' egress-proxies.local/tools/kstatus ;;
     esac
 }
 
@@ -314,6 +344,7 @@ check_wrapper() {
     kubernetes) set -- "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
     containerd) set -- "github.com/containerd/containerd/v2 $CONTAINERD_VERSION" ;;
+    kstatus) set -- "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" ;;
     esac
     for pin in "$@"; do
         read -r module version <<<"$pin"
@@ -323,11 +354,15 @@ check_wrapper() {
 }
 
 # recipe_id STEP: names what a step's binaries are built from (wrapper module,
-# Go, flags, stamps), so a changed recipe builds into new directories.
+# its own sources if it has any, Go, flags, stamps), so a changed recipe builds
+# into new directories.
 recipe_id() {
-    local bin
+    local bin source
     {
         cat "$TOOLS_DIR/go/$1/go.mod" "$TOOLS_DIR/go/$1/go.sum"
+        for source in "$TOOLS_DIR/go/$1"/*.go; do
+            if [[ -f $source ]]; then cat "$source"; fi
+        done
         go version
         printf '%s\n' "CGO_ENABLED=$CGO_ENABLED" "${GO_BUILD_FLAGS[@]}"
         for bin in ${STEP_BINARIES[$1]}; do binary_ldflags "$bin"; done
@@ -396,6 +431,7 @@ verify_binary() {
         ;;
     containerd | ctr) verify "$CONTAINERD_VERSION" "$path" --version ;;
     containerd-shim-runc-v2) verify "$CONTAINERD_VERSION" "$path" -v ;;
+    kstatus) verify "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" "$path" -version ;;
     kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
     esac
 }
@@ -424,7 +460,7 @@ estimate() {
 # ensure_step STEP BINARY...: each binary cached, or all missing ones built in
 # one go build, verified and moved into place.
 ensure_step() {
-    local step=$1 id bin dest start seconds eta out
+    local step=$1 id bin dest start seconds eta out source
     shift
     local -a missing=() packages=() ldflags=()
     id=$(recipe_id "$step")
@@ -450,6 +486,9 @@ ensure_step() {
     start_ticker "$step" "$start" "${eta%%,*}"
     mkdir -p "$BUILD_TMP/work" "$BUILD_TMP/out"
     cp "$TOOLS_DIR/go/$step/go.mod" "$TOOLS_DIR/go/$step/go.sum" "$BUILD_TMP/work/"
+    for source in "$TOOLS_DIR/go/$step"/*.go; do
+        if [[ -f $source ]]; then cp "$source" "$BUILD_TMP/work/"; fi
+    done
     for bin in "${missing[@]}"; do
         if [[ $bin == pulumi-resource-kubernetes ]]; then
             prepare_kubernetes_provider "$BUILD_TMP/work"

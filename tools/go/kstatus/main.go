@@ -4,6 +4,7 @@
 //
 //	kstatus < object.json                             the object's JSON (or YAML) on stdin
 //	kstatus --kubeconfig K -n NS RESOURCE.VERSION.GROUP/NAME   fetch it first
+//	kstatus -version                                  the cli-utils module it was built from
 //
 // It prints `STATUS: message` (or, with -o json, {"status", "message"}) and
 // exits 0 whatever the status; 2 for bad usage, 1 when the object cannot be
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,8 +49,13 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	kubeconfig := flags.String("kubeconfig", "", "kubeconfig to fetch the object with (default: read it on stdin)")
 	namespace := flags.String("n", "", "namespace of the object to fetch")
 	output := flags.String("o", "text", "output: text or json")
+	version := flags.Bool("version", false, "print the sigs.k8s.io/cli-utils version and exit")
 	if err := flags.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if *version {
+		_, err := fmt.Fprintf(stdout, "kstatus (%s)\n", cliUtilsVersion())
+		return err
 	}
 	if *output != "text" && *output != "json" {
 		return usageError{fmt.Errorf("-o must be text or json, not %q", *output)}
@@ -78,6 +85,19 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "%s: %s\n", result.Status, result.Message)
 	return err
+}
+
+// cliUtilsVersion names the kstatus library this binary was built from.
+func cliUtilsVersion() string {
+	const module = "sigs.k8s.io/cli-utils"
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == module {
+				return module + " " + dep.Version
+			}
+		}
+	}
+	return module + " (version unknown)"
 }
 
 // decode reads one object, JSON or YAML (numbers as int64, as from the API server).
