@@ -101,9 +101,12 @@ class Series:
         return {**event, **self.update(self.count)}
 
     def update(self, count: int) -> dict[str, Any]:
-        """The fields a repeat changes (a merge patch): the series, the latest message and type."""
+        """The fields a repeat changes (a merge patch): the series, the latest message and type.
+
+        `count` repeats the series' count for readers of the older Event fields.
+        """
         series = {"count": count, "lastObservedTime": micro_time(self.last)} if count > 1 else None
-        return {"type": self.type, "message": self.message, "series": series}
+        return {"type": self.type, "message": self.message, "series": series, "count": count}
 
 
 class SeriesBook:
