@@ -252,7 +252,7 @@ class Operator:
         self.events = EventRecorder(
             self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
         )
-        self.writer = StatusWriter(self.client, events=self.events, clock=self.clock)
+        self.writer = StatusWriter(self.client, self.events, self.clock)
         self.peering = (
             Peering(
                 self.client,

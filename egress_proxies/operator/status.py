@@ -49,11 +49,9 @@ def status_of(body: Mapping[str, Any]) -> ProxyStatus:
 class StatusWriter:
     """Serializes status changes per Proxy and writes only differences."""
 
-    def __init__(
-        self, client: ApiClient, *, events: EventSink | None = None, clock: Clock | None = None
-    ) -> None:
+    def __init__(self, client: ApiClient, events: EventSink, clock: Clock | None = None) -> None:
         self._client = client
-        self._events = events  # None: lifecycle Events are not posted
+        self._events = events  # where the lifecycle Events go
         self._clock = clock or SystemClock()
         # The status last written per Proxy, with the UID of the Proxy it was
         # written for: a Proxy deleted and created again under its name starts over.
@@ -91,9 +89,8 @@ class StatusWriter:
             if not await self._patch(meta["namespace"], meta["name"], updated):
                 return updated
             self._written[key] = (meta["uid"], updated.model_dump_json(by_alias=True).encode())
-            if self._events is not None:
-                for event in lifecycle_events(current, updated):
-                    self._events.record(regarding(body), event.type, event.reason, event.message)
+            for event in lifecycle_events(current, updated):
+                self._events.record(regarding(body), event.type, event.reason, event.message)
             return updated
 
     def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:

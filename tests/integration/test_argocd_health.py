@@ -23,6 +23,7 @@ from egress_proxies.model import (
     PERMANENT_ERROR,
     PROVISIONED,
     VERSION,
+    Condition,
     ConditionStatus,
     ProxyStatus,
 )
@@ -78,7 +79,7 @@ def proxy_status(
     draining: bool = False,
     deleting: bool = False,
 ) -> ProxyStatus:
-    conditions = []
+    conditions: list[Condition] = []
     if provisioned is not None:
         conditions = set_condition(
             conditions, PROVISIONED, provisioned[0], reason=provisioned[1], message="m", now=NOW

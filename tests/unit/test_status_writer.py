@@ -34,6 +34,16 @@ class PatchRecorder:
         return {}
 
 
+class EventList:
+    """Records what the writer posts."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, str]] = []
+
+    def record(self, regarding: Regarding, type_: str, reason: str, message: str) -> None:
+        self.posted.append((regarding.name, type_, reason))
+
+
 def proxy(uid: str, status: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {"metadata": {"namespace": "crawl", "name": "p1", "uid": uid}, "status": status or {}}
 
@@ -44,7 +54,7 @@ def set_stack(stack: str) -> Any:
 
 async def test_latest_is_what_was_written_for_that_proxy() -> None:
     api = PatchRecorder()
-    writer = StatusWriter(api)  # type: ignore[arg-type]
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
     assert writer.latest("crawl", "p1", "uid-1") is None
 
     await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
@@ -57,7 +67,7 @@ async def test_latest_is_what_was_written_for_that_proxy() -> None:
 
 async def test_a_proxy_created_again_under_its_name_starts_from_its_own_body() -> None:
     api = PatchRecorder()
-    writer = StatusWriter(api)  # type: ignore[arg-type]
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
     await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
 
     assert writer.latest("crawl", "p1", "uid-2") is None
@@ -70,7 +80,7 @@ async def test_a_proxy_created_again_under_its_name_starts_from_its_own_body() -
 async def test_what_it_remembers_per_proxy_is_small() -> None:
     # A parsed ProxyStatus with two conditions costs about 4.4 KiB; its JSON about 0.7 KiB.
     api = PatchRecorder()
-    writer = StatusWriter(api)  # type: ignore[arg-type]
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
     condition = {
         "status": "True",
         "reason": "Ok",
@@ -106,16 +116,6 @@ async def test_what_it_remembers_per_proxy_is_small() -> None:
     assert latest.phase is not None and latest.conditions[1].type == "Healthy"
 
 
-class EventList:
-    """Records what the writer posts."""
-
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, str, str]] = []
-
-    def record(self, regarding: Regarding, type_: str, reason: str, message: str) -> None:
-        self.posted.append((regarding.name, type_, reason))
-
-
 def healthy(status: ProxyStatus, state: ConditionStatus) -> ProxyStatus:
     conditions = set_condition(
         status.conditions, HEALTHY, state, reason="Probe", message="", now="2026-12-04T12:00:00Z"
@@ -137,7 +137,7 @@ def provisioned(status: ProxyStatus) -> ProxyStatus:
 
 async def test_it_writes_ready_and_posts_each_transition_once() -> None:
     api, events = PatchRecorder(), EventList()
-    writer = StatusWriter(api, events=events)  # type: ignore[arg-type]
+    writer = StatusWriter(api, events)  # type: ignore[arg-type]
     body = proxy("uid-1")
 
     written = await writer.update(body, provisioned)
@@ -153,7 +153,7 @@ async def test_it_writes_ready_and_posts_each_transition_once() -> None:
 
 async def test_a_healthy_proxy_at_rest_costs_no_write_and_no_event() -> None:
     api, events = PatchRecorder(), EventList()
-    writer = StatusWriter(api, events=events)  # type: ignore[arg-type]
+    writer = StatusWriter(api, events)  # type: ignore[arg-type]
     body = proxy("uid-1")
     await writer.update(body, lambda status: healthy(provisioned(status), ConditionStatus.TRUE))
     patches, posted = len(api.patches), len(events.posted)
@@ -167,7 +167,7 @@ async def test_a_healthy_proxy_at_rest_costs_no_write_and_no_event() -> None:
 
 async def test_draining_makes_it_not_ready_without_another_writer() -> None:
     api = PatchRecorder()
-    writer = StatusWriter(api)  # type: ignore[arg-type]
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
     body = proxy("uid-1")
     await writer.update(body, lambda status: healthy(provisioned(status), ConditionStatus.TRUE))
 
