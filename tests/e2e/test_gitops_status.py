@@ -268,6 +268,8 @@ async def _event_writes(kube: KubeClient, namespace: str, uid: str, writes: list
             f"/api/v1/namespaces/{namespace}/events", resource_version=version
         ):
             obj = event["object"]
+            if event["type"] not in ("ADDED", "MODIFIED", "BOOKMARK"):
+                raise AssertionError(f"the watch of Events ended: {event}")
             version = obj["metadata"].get("resourceVersion", version)
-            if event["type"] in ("ADDED", "MODIFIED") and obj["involvedObject"].get("uid") == uid:
+            if event["type"] != "BOOKMARK" and obj["involvedObject"].get("uid") == uid:
                 writes.append(obj["reason"])
