@@ -138,18 +138,25 @@ class EventRecorder:
         self._book.written(series, count, now)
 
     async def _create_or_continue(self, events: str, series: Series) -> int:
-        """Create the Event; continue the count of one an earlier run left under its name."""
+        """Create the Event; continue the count of one an earlier run left under its name.
+
+        Returns the count written: occurrences recorded meanwhile stay pending.
+        """
+        count = series.count
         try:
-            await self._client.create(events, series.document(self._component, self._instance))
+            await self._client.create(
+                events, series.document(count, self._component, self._instance)
+            )
         except ConflictError:
             existing = await self._client.get(f"{events}/{series.name}")
-            series.count += series_count(existing)
-            count = series.count
+            earlier = series_count(existing)
+            series.count += earlier
+            count += earlier
             await self._client.patch(f"{events}/{series.name}", series.update(count))
             self.patched += 1
             return count
         self.created += 1
-        return series.count
+        return count
 
     async def _patch_or_create(self, events: str, series: Series) -> int:
         """Update the series; create the Event again if the event TTL removed it."""
@@ -157,7 +164,9 @@ class EventRecorder:
         try:
             await self._client.patch(f"{events}/{series.name}", series.update(count))
         except NotFoundError:
-            await self._client.create(events, series.document(self._component, self._instance))
+            await self._client.create(
+                events, series.document(count, self._component, self._instance)
+            )
             self.created += 1
             return count
         self.patched += 1

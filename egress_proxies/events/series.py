@@ -82,8 +82,8 @@ class Series:
         """Occurrences not written yet."""
         return self.count > self.written
 
-    def document(self, component: str, instance: str) -> dict[str, Any]:
-        """The whole Event object as first created."""
+    def document(self, count: int, component: str, instance: str) -> dict[str, Any]:
+        """The whole Event object as first created, showing `count` occurrences."""
         event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -98,7 +98,7 @@ class Series:
             "reportingComponent": component,
             "reportingInstance": instance,
         }
-        return {**event, **self.update(self.count)}
+        return {**event, **self.update(count)}
 
     def update(self, count: int) -> dict[str, Any]:
         """The fields a repeat changes (a merge patch): the series, the latest message and type.

@@ -122,6 +122,24 @@ async def test_occurrences_between_writes_are_counted_not_lost() -> None:
     assert api.writes() == 2
 
 
+async def test_an_occurrence_during_a_write_is_written_with_the_next_one() -> None:
+    api, clock = FakeEvents(), ManualClock()
+    events = recorder(api, clock)
+    create = api.create
+
+    async def create_while_it_happens_again(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        events.record(PROXY, "Warning", "Unhealthy", "again")
+        return await create(path, body)
+
+    api.create = create_while_it_happens_again  # type: ignore[method-assign]
+    events.record(PROXY, "Warning", "Unhealthy", "first")
+    await events.flush()
+    assert api.count("Unhealthy") == 1
+    clock.advance(SERIES_INTERVAL)
+    await events.flush()
+    assert api.count("Unhealthy") == 2
+
+
 async def test_an_event_left_by_an_earlier_run_is_continued() -> None:
     api, clock = FakeEvents(), ManualClock()
     earlier = recorder(api, clock)
