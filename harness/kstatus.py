@@ -55,19 +55,13 @@ async def kstatus_fetched(kubeconfig: Path, namespace: str, resource: str) -> KS
 async def kstatus_until(
     kube: KubeClient, path: str, wanted: str, timeout: float = 240.0
 ) -> list[KStatus]:
-    """Poll the object's kstatus until it is `wanted`; every distinct verdict seen, in order.
-
-    Verdicts of the object before its first status write are left out:
-    kstatus calls an object with no status and no conditions Current.
-    """
+    """Poll the object's kstatus until it is `wanted`; every distinct verdict seen, in order."""
     seen: list[KStatus] = []
     deadline = time.monotonic() + timeout
     while not seen or seen[-1].status != wanted:
         assert time.monotonic() < deadline, f"kstatus never {wanted}: {seen}"
-        body = await kube.get(path)
-        if (body.get("status") or {}).get("conditions"):
-            verdict = await kstatus(body)
-            if not seen or seen[-1].status != verdict.status:
-                seen.append(verdict)
+        verdict = await kstatus(await kube.get(path))
+        if not seen or seen[-1].status != verdict.status:
+            seen.append(verdict)
         await asyncio.sleep(0.2)
     return seen

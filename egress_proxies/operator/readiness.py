@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from egress_proxies.model import (
     HEALTHY,
     INSTANCE_FAILED,
+    PENDING,
     PERMANENT_ERROR,
     PROVISIONED,
     READY,
@@ -94,7 +95,8 @@ def summarize(
     until it has observed one); a transition time moves only when its status does.
     """
     observed = status.observed_generation or generation
-    conditions = status.conditions
+    # The CRD's default (reason Pending, from 1970) is replaced, timed from now.
+    conditions = [c for c in status.conditions if c.reason != PENDING]
     result = summary(status, deleting=deleting, draining=draining)
     for kind, (true, reason, message) in (
         (READY, result.ready),

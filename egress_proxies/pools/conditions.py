@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from egress_proxies.model import (
+    PENDING,
     READY,
     RECONCILING,
     STALLED,
@@ -144,7 +145,8 @@ def _condition(
     generation: int,
 ) -> Condition:
     status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
-    before = next((c for c in previous if c.type == kind), None)
+    # The CRD's default (reason Pending, from 1970) is replaced, timed from now.
+    before = next((c for c in previous if c.type == kind and c.reason != PENDING), None)
     moment = before.last_transition_time if before is not None and before.status == status else now
     return Condition(
         type=kind,

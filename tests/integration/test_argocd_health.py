@@ -20,6 +20,7 @@ from egress_proxies.model import (
     GROUP,
     HEALTHY,
     INSTANCE_FAILED,
+    PENDING_STATUS,
     PERMANENT_ERROR,
     PROVISIONED,
     VERSION,
@@ -120,8 +121,15 @@ async def test_an_unobserved_generation_is_progressing_for_both() -> None:
     assert argo_health(body) == "Progressing"
 
 
-def test_before_any_status_argo_waits_where_kstatus_says_current() -> None:
-    # kstatus calls an object with no status Current; the script waits for the operator.
+async def test_the_crds_default_status_is_progressing_for_both() -> None:
+    body = proxy(None)
+    body["status"] = PENDING_STATUS
+    assert (await kstatus(body)).status == "InProgress"
+    assert argo_health(body) == "Progressing"
+
+
+def test_with_no_status_at_all_argo_waits_where_kstatus_says_current() -> None:
+    # An object stored before the CRD had its default status.
     assert argo_health(proxy(None)) == "Progressing"
 
 

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from egress_proxies.model import READY, RECONCILING, STALLED, Condition, ConditionStatus
-from egress_proxies.pool_model import AVAILABLE, PROGRESSING, SCALING_LIMITED, ProxyPoolSpec
+from egress_proxies.model import (
+    PENDING_STATUS,
+    READY,
+    RECONCILING,
+    STALLED,
+    Condition,
+    ConditionStatus,
+)
+from egress_proxies.pool_model import (
+    AVAILABLE,
+    PROGRESSING,
+    SCALING_LIMITED,
+    ProxyPoolSpec,
+    ProxyPoolStatus,
+)
 from egress_proxies.pools import conditions as pool
 from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.plan import Member, Plan, plan
@@ -86,6 +99,15 @@ def test_a_member_failed_permanently_stalls_the_pool() -> None:
 
 def test_an_empty_pool_of_zero_replicas_is_ready() -> None:
     assert decided(0, [])[READY] == ("True", pool.REPLICAS_READY)
+
+
+def test_the_crds_pending_default_is_replaced_and_timed_from_now() -> None:
+    pending = ProxyPoolStatus.model_validate(PENDING_STATUS).conditions
+    wanted = spec(1)
+    members = [member("a", ready=False)]
+    found = pool_conditions(Round(wanted, members, Plan(), HASH, None, 1), pending, NOW)
+    ready = next(c for c in found if c.type == READY)
+    assert (ready.reason, ready.last_transition_time) == (pool.REPLICAS_NOT_READY, NOW)
 
 
 def test_transition_times_move_only_with_the_status() -> None:

@@ -7,6 +7,7 @@ import pytest
 from egress_proxies.model import (
     HEALTHY,
     INSTANCE_FAILED,
+    PENDING_STATUS,
     PERMANENT_ERROR,
     PROVISIONED,
     READY,
@@ -201,6 +202,15 @@ def test_the_transition_time_moves_only_with_the_status() -> None:
     assert after.last_transition_time == NOW  # False before and after
     turned = find_condition(ready.conditions, READY)
     assert turned is not None and turned.last_transition_time == LATER
+
+
+def test_the_crds_pending_default_is_replaced_and_timed_from_now() -> None:
+    pending = ProxyStatus.model_validate(PENDING_STATUS)
+    result = summarized(pending)
+    ready = find_condition(result.conditions, READY)
+    assert ready is not None
+    assert (ready.reason, ready.last_transition_time) == (readiness.PROVISIONING, NOW)
+    assert [c.type for c in result.conditions] == [READY, RECONCILING, STALLED]
 
 
 def test_other_conditions_keep_their_place() -> None:
