@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from egress_proxies.events import EventRecorder, Regarding
+from egress_proxies.events import EventSink, Regarding
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import POOL_KIND, POOL_PLURAL
 from egress_proxies.pools.controller import PoolController
@@ -18,7 +18,7 @@ DEFAULT_INTERVAL = 1.0
 def register_pools(
     registry: kopf.OperatorRegistry,
     controller: PoolController,
-    events: EventRecorder,
+    events: EventSink,
     interval: float = DEFAULT_INTERVAL,
     owns: Callable[[Mapping[str, str]], bool] = lambda _: True,
 ) -> None:
