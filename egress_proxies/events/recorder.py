@@ -4,10 +4,9 @@
 `SeriesBook`, and the `run` task writes what is due, one request at a time
 (core/v1 Events with `eventTime`, `series` and `reportingComponent`, the
 shape `kubectl describe` and `kubectl get events` read). An Event object
-deleted by the API server's event TTL is created again; one left by an
-earlier run of the operator (same object, same reason) is taken over and
-its count continued. A failed write is retried an interval later; Events
-are a record for people, so nothing else waits on them.
+deleted by the API server's event TTL is created again. A failed write is
+retried an interval later; Events are a record for people, so nothing else
+waits on them.
 """
 
 from __future__ import annotations
@@ -17,13 +16,7 @@ import logging
 from typing import Any, Protocol
 
 from egress_proxies.clock import Clock
-from egress_proxies.events.series import (
-    SERIES_INTERVAL,
-    Regarding,
-    Series,
-    SeriesBook,
-    series_count,
-)
+from egress_proxies.events.series import SERIES_INTERVAL, Regarding, Series, SeriesBook
 from egress_proxies.kube import ApiError, ConflictError, NotFoundError
 
 logger = logging.getLogger(__name__)
@@ -33,10 +26,6 @@ JsonObject = dict[str, Any]
 
 class EventApi(Protocol):
     """The API calls the recorder makes."""
-
-    async def get(self, path: str) -> JsonObject:
-        """The object at `path`."""
-        ...
 
     async def create(self, path: str, body: JsonObject) -> JsonObject:
         """Create `body` in the collection at `path`."""
@@ -123,7 +112,7 @@ class EventRecorder:
             if series.written:
                 count = await self._patch_or_create(events, series)
             else:
-                count = await self._create_or_continue(events, series)
+                count = await self._create(events, series)
         except (ApiError, OSError) as error:  # TransportError is an OSError
             self.failed += 1
             self._book.postpone(series, now)
@@ -137,10 +126,10 @@ class EventRecorder:
             return
         self._book.written(series, count, now)
 
-    async def _create_or_continue(self, events: str, series: Series) -> int:
-        """Create the Event; continue the count of one an earlier run left under its name.
+    async def _create(self, events: str, series: Series) -> int:
+        """Create the Event; the count written (occurrences recorded meanwhile stay pending).
 
-        Returns the count written: occurrences recorded meanwhile stay pending.
+        A conflict means an earlier try did create it (its answer was lost): update it.
         """
         count = series.count
         try:
@@ -148,10 +137,6 @@ class EventRecorder:
                 events, series.document(count, self._component, self._instance)
             )
         except ConflictError:
-            existing = await self._client.get(f"{events}/{series.name}")
-            earlier = series_count(existing)
-            series.count += earlier
-            count += earlier
             await self._client.patch(f"{events}/{series.name}", series.update(count))
             self.patched += 1
             return count

@@ -8,7 +8,12 @@ Event object is written at most once per `interval` seconds, and the
 occurrences in between are counted and written together when it is due,
 so the count stays exact while a flapping object costs at most one write
 per reason per interval. A series written and quiet for `idle` seconds is
-forgotten (its Event object stays; the next occurrence finds it by name).
+forgotten (its Event object stays; a later occurrence starts a new one).
+
+An Event object is named as client-go's recorder names them, after its
+object and the time of its first occurrence: `kubectl describe` orders
+Events by `lastTimestamp`, whole seconds, and leaves Events of the same
+second in the order the API server lists them, by name.
 
 No I/O and no clock: the recorder passes the times in.
 """
@@ -16,8 +21,6 @@ No I/O and no clock: the recorder passes the times in.
 from __future__ import annotations
 
 import datetime
-import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,15 +50,20 @@ class Regarding:
         }
 
 
-def event_name(regarding: Regarding, reason: str) -> str:
-    """The Event object's name: one per object (UID) and reason, found again after a restart."""
-    digest = hashlib.sha256(f"{regarding.uid}/{reason}".encode()).hexdigest()[:10]
-    return f"{regarding.name[:200]}.{digest}"
+def event_name(regarding: Regarding, first: datetime.datetime) -> str:
+    """An Event object's name: its object's, and the time of the first occurrence in hex ns."""
+    nanoseconds = round(first.timestamp() * 1_000_000) * 1000
+    return f"{regarding.name[:200]}.{nanoseconds:x}"
 
 
 def micro_time(moment: datetime.datetime) -> str:
     """A Kubernetes MicroTime (eventTime, series.lastObservedTime)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def whole_seconds(moment: datetime.datetime) -> str:
+    """A Kubernetes Time (firstTimestamp, lastTimestamp): whole seconds."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -75,7 +83,7 @@ class Series:
     @property
     def name(self) -> str:
         """The Event object's name."""
-        return event_name(self.regarding, self.reason)
+        return event_name(self.regarding, self.first)
 
     @property
     def pending(self) -> bool:
@@ -94,6 +102,7 @@ class Series:
             "action": self.reason,
             "message": self.message,
             "eventTime": micro_time(self.first),
+            "firstTimestamp": whole_seconds(self.first),
             "source": {"component": component.rsplit("/", 1)[-1]},
             "reportingComponent": component,
             "reportingInstance": instance,
@@ -103,10 +112,16 @@ class Series:
     def update(self, count: int) -> dict[str, Any]:
         """The fields a repeat changes (a merge patch): the series, the latest message and type.
 
-        `count` repeats the series' count for readers of the older Event fields.
+        `count` and `lastTimestamp` repeat them for readers of the older Event fields.
         """
         series = {"count": count, "lastObservedTime": micro_time(self.last)} if count > 1 else None
-        return {"type": self.type, "message": self.message, "series": series, "count": count}
+        return {
+            "type": self.type,
+            "message": self.message,
+            "series": series,
+            "count": count,
+            "lastTimestamp": whole_seconds(self.last),
+        }
 
 
 class SeriesBook:
@@ -164,9 +179,3 @@ class SeriesBook:
         for key, series in list(self._series.items()):
             if not series.pending and series.due + self._idle <= now:
                 del self._series[key]
-
-
-def series_count(event: Mapping[str, Any]) -> int:
-    """How many occurrences an Event object read back shows."""
-    series = event.get("series") or {}
-    return int(series.get("count") or event.get("count") or 1)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.events import SERIES_INTERVAL, EventRecorder, Regarding, event_name
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import ApiError, TransportError
 from egress_proxies.kube.errors import api_error
 
 PROXY = Regarding("crawl.example.com/v1alpha1", "Proxy", "crawl", "p1", "uid-1")
@@ -52,9 +53,12 @@ class FakeEvents:
     def writes(self) -> int:
         return sum(1 for verb, _ in self.calls if verb in ("create", "patch"))
 
+    def by_reason(self, reason: str) -> dict[str, Any]:
+        (event,) = [e for e in self.objects.values() if e["reason"] == reason]
+        return event
+
     def count(self, reason: str) -> int:
-        event = self.objects[event_name(PROXY, reason)]
-        return int((event.get("series") or {}).get("count") or 1)
+        return int((self.by_reason(reason).get("series") or {}).get("count") or 1)
 
 
 def recorder(api: FakeEvents, clock: ManualClock) -> EventRecorder:
@@ -105,7 +109,7 @@ async def test_a_proxy_flapping_50_times_makes_two_event_objects_and_bounded_wri
     assert (api.count("Healthy"), api.count("Unhealthy")) == (51, 50)
     # One write per Event object per interval: 100 s of flapping -> at most 2 x (1 + 100/10).
     assert api.writes() <= 2 * (1 + 100 / SERIES_INTERVAL + 1)
-    healthy = api.objects[event_name(PROXY, "Healthy")]
+    healthy = api.by_reason("Healthy")
     assert healthy["series"]["lastObservedTime"] == "2026-01-01T00:01:40.000000Z"
 
 
@@ -140,21 +144,42 @@ async def test_an_occurrence_during_a_write_is_written_with_the_next_one() -> No
     assert api.count("Unhealthy") == 2
 
 
-async def test_an_event_left_by_an_earlier_run_is_continued() -> None:
+async def test_a_create_whose_answer_was_lost_is_not_counted_twice() -> None:
     api, clock = FakeEvents(), ManualClock()
-    earlier = recorder(api, clock)
-    earlier.record(PROXY, "Normal", "Healthy", "ok")
-    earlier.record(PROXY, "Normal", "Healthy", "ok")
-    await earlier.flush()
-    assert api.count("Healthy") == 2
+    events = recorder(api, clock)
+    create = api.create
 
-    restarted = recorder(api, clock)
-    restarted.record(PROXY, "Normal", "Healthy", "ok again")
-    await restarted.flush()
+    async def created_but_answer_lost(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await create(path, body)
+        raise TransportError("connection reset")
+
+    api.create = created_but_answer_lost  # type: ignore[method-assign]
+    events.record(PROXY, "Normal", "Healthy", "ok")
+    await events.flush()
+    api.create = create  # type: ignore[method-assign]
+    events.record(PROXY, "Normal", "Healthy", "ok again")
+    clock.advance(SERIES_INTERVAL)
+    await events.flush()  # the retry is told 409 AlreadyExists: it updates instead
 
     assert len(api.objects) == 1
-    assert api.count("Healthy") == 3
-    assert api.objects[event_name(PROXY, "Healthy")]["message"] == "ok again"
+    assert api.count("Healthy") == 2
+    assert api.by_reason("Healthy")["message"] == "ok again"
+
+
+async def test_events_are_named_by_their_object_and_first_time_in_order() -> None:
+    api, clock = FakeEvents(), ManualClock()
+    events = recorder(api, clock)
+    for reason in ("Provisioning", "Provisioned", "Healthy"):
+        events.record(PROXY, "Normal", reason, "")
+        clock.advance(0.001)  # all within one second
+    await events.flush()
+    names = {event["reason"]: name for name, event in api.objects.items()}
+    assert sorted(names, key=names.__getitem__) == ["Provisioning", "Provisioned", "Healthy"]
+    first = clock.utcnow() - datetime.timedelta(seconds=0.003)
+    assert names["Provisioning"] == event_name(PROXY, first)
+    assert names["Provisioning"].startswith("p1.")
+    stamps = {e["reason"]: e["lastTimestamp"] for e in api.objects.values()}
+    assert set(stamps.values()) == {"2026-01-01T00:00:00Z"}
 
 
 async def test_an_event_removed_by_the_ttl_is_created_again() -> None:
