@@ -3,8 +3,9 @@
 Kubernetes wants a *structural* OpenAPI schema: no $ref, no anyOf-with-null,
 no `additionalProperties: false` next to `properties`. This module inlines
 the models' JSON schema into that shape and adds the CRD's CEL rules (they
-travel on the models as `x-kubernetes-validations`), printer columns and
-the status (and, for pools, scale) subresource. `crds/proxy.yaml` and
+travel on the models as `x-kubernetes-validations`), printer columns, the
+status (and, for pools, scale) subresource, and the status a new object
+shows until the operator writes one (`model.PENDING_STATUS`). `crds/proxy.yaml` and
 `crds/proxypool.yaml` are its output, checked in.
 """
 
@@ -15,7 +16,16 @@ from typing import Any
 
 import yaml
 
-from egress_proxies.model import GROUP, KIND, PLURAL, SHORT_NAME, VERSION, ProxySpec, ProxyStatus
+from egress_proxies.model import (
+    GROUP,
+    KIND,
+    PENDING_STATUS,
+    PLURAL,
+    SHORT_NAME,
+    VERSION,
+    ProxySpec,
+    ProxyStatus,
+)
 from egress_proxies.pool_model import (
     POOL_KIND,
     POOL_PLURAL,
@@ -30,6 +40,11 @@ _DROPPED_KEYS = frozenset({"title", "$defs"})
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
     {"name": "IP", "type": "string", "jsonPath": ".status.ip"},
     {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
     {
@@ -96,6 +111,7 @@ def _without_nulls(value: Any) -> Any:
 
 def _status_schema(model: type[ProxyStatus] | type[ProxyPoolStatus]) -> Schema:
     schema = structural(model.model_json_schema(by_alias=True))
+    schema["default"] = copy.deepcopy(PENDING_STATUS)
     conditions = schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]

@@ -238,6 +238,27 @@ PROVISIONED = "Provisioned"
 HEALTHY = "Healthy"
 PERMANENT_ERROR = "PermanentError"
 INSTANCE_FAILED = "InstanceFailed"
+# The summary conditions GitOps tools and `kubectl wait` read (kstatus): Ready, and
+# Reconciling / Stalled, which are True only while abnormal.
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+# What a new Proxy or pool shows until the operator's first status write: the CRD's
+# default status (as Gateway API's CRDs do). Without it kstatus would call an object
+# with no status Current, and a GitOps tool would pass it before the operator saw it.
+PENDING = "Pending"
+PENDING_STATUS: dict[str, Any] = {
+    "conditions": [
+        {
+            "type": kind,
+            "status": state,
+            "reason": PENDING,
+            "message": "waiting for the operator",
+            "lastTransitionTime": "1970-01-01T00:00:00Z",
+        }
+        for kind, state in ((READY, "False"), (RECONCILING, "True"))
+    ]
+}
 
 
 def find_condition(conditions: list[Condition], kind: str) -> Condition | None:

@@ -37,12 +37,21 @@ class Origin:
     client_ssl: ssl.SSLContext | None = None
     hits: list[int] = field(default_factory=lambda: [0])  # requests served so far
     peers: list[str] = field(default_factory=list)  # the source address of each request
+    failing: list[bool] = field(default_factory=lambda: [False])  # set: answer 503
+
+    def fail(self, failing: bool) -> None:
+        """Answer 503 (a failing health check) from now on, or ORIGIN_BODY again."""
+        self.failing[0] = failing
 
 
-def _hello(hits: list[int], peers: list[str]) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _hello(
+    hits: list[int], peers: list[str], failing: list[bool]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         hits[0] += 1
         peers.append(request.remote or "")
+        if failing[0]:
+            return web.Response(status=503, text="failing on purpose")
         return web.Response(text=ORIGIN_BODY)
 
     return handler
@@ -82,8 +91,9 @@ async def serve_origin(
     host = host or origin_host()
     hits: list[int] = [0]
     peers: list[str] = []
+    failing = [False]
     app = web.Application()
-    app.router.add_get("/", _hello(hits, peers))
+    app.router.add_get("/", _hello(hits, peers, failing))
     runner = web.AppRunner(app)
     await runner.setup()
     server_ssl, client_ssl = _tls_contexts(tls_dir, host) if tls_dir else (None, None)
@@ -93,7 +103,11 @@ async def serve_origin(
     scheme = "https" if tls_dir else "http"
     try:
         yield Origin(
-            url=f"{scheme}://{host}:{port}/", client_ssl=client_ssl, hits=hits, peers=peers
+            url=f"{scheme}://{host}:{port}/",
+            client_ssl=client_ssl,
+            hits=hits,
+            peers=peers,
+            failing=failing,
         )
     finally:
         await runner.cleanup()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
 # kube-apiserver, kube-controller-manager, kubectl, etcd, the node's binaries,
-# CoreDNS) from the Go module proxy and installs squid and redis-server from
-# Debian. See docs/development.md.
+# CoreDNS, kstatus) from the Go module proxy and installs squid and redis-server
+# from Debian. See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -28,13 +28,15 @@ STORE=$CACHE_ROOT/tools
 LOG_DIR=$CACHE_ROOT/logs
 
 ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
+    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns kstatus)
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
 # their common packages compile once and their links overlap. The plugin is
 # verified with the CLI, so pulumi comes before it.
-STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd coredns)
+# kstatus is the project's own main package (tools/go/kstatus/main.go) over
+# sigs.k8s.io/cli-utils, not an upstream command.
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd coredns kstatus)
 declare -A STEP_BINARIES=(
     [pulumi]="pulumi"
     [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
@@ -42,13 +44,14 @@ declare -A STEP_BINARIES=(
     [etcd]="etcd"
     [containerd]="containerd containerd-shim-runc-v2 ctr"
     [coredns]="coredns"
+    [kstatus]="kstatus"
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
 # on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
 # cache has timed a build of its own.
 declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180
-    [coredns]=365)
+    [coredns]=365 [kstatus]=127)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No
@@ -213,6 +216,28 @@ regen_wrapper() {
     BUILD_TMP=""
 }
 
+# regen_kstatus: tools/go/kstatus is the project's own program, so its go.mod
+# is not derived from an upstream one: it requires cli-utils at the pinned
+# version and the k8s.io modules at the cluster's (whose compiled packages the
+# kubernetes step leaves in the Go build cache).
+regen_kstatus() {
+    local work
+    CURRENT="module tools/go/kstatus"
+    LOG_FILE=$LOG_DIR/regen-kstatus.log
+    : >"$LOG_FILE"
+    work=$(mktemp -d)
+    BUILD_TMP=$work
+    log "regenerating tools/go/kstatus: sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION..."
+    cp "$TOOLS_DIR/go/kstatus/main.go" "$work/"
+    run go -C "$work" mod init "egress-proxies.local/tools/kstatus"
+    run go -C "$work" get "sigs.k8s.io/cli-utils@$CLI_UTILS_VERSION" \
+        "k8s.io/apimachinery@$KUBERNETES_STAGING_VERSION" "k8s.io/client-go@$KUBERNETES_STAGING_VERSION"
+    run go -C "$work" mod tidy
+    cp "$work/go.mod" "$work/go.sum" "$TOOLS_DIR/go/kstatus/"
+    rm -rf "$work"
+    BUILD_TMP=""
+}
+
 # wants_regen STEP: the step was named after --regen, or none was.
 wants_regen() {
     ((${#REGEN_STEPS[@]} == 0)) || [[ " ${REGEN_STEPS[*]} " == *" $1 "* ]]
@@ -257,6 +282,9 @@ regen_all() {
         # Its own main package (main.go) imports the plugins; no `tool` line.
         regen_wrapper coredns "github.com/coredns/coredns $COREDNS_VERSION $COREDNS_VERSION" --
     fi
+    if wants_regen kstatus; then
+        regen_kstatus
+    fi
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
@@ -273,6 +301,7 @@ binary_version() {
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf '%s' "$CONTAINERD_VERSION" ;;
     coredns) printf '%s' "$COREDNS_VERSION" ;;
+    kstatus) printf '%s' "$CLI_UTILS_VERSION" ;;
     esac
 }
 
@@ -288,6 +317,7 @@ binary_package() {
         ;;
     containerd | containerd-shim-runc-v2 | ctr) printf 'github.com/containerd/containerd/v2/cmd/%s' "$1" ;;
     coredns) printf '%s' egress-proxies.local/tools/coredns ;;
+    kstatus) printf '%s' egress-proxies.local/tools/kstatus ;;
     esac
 }
 
@@ -334,6 +364,7 @@ check_wrapper() {
     etcd) set -- "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
     containerd) set -- "github.com/containerd/containerd/v2 $CONTAINERD_VERSION" ;;
     coredns) set -- "github.com/coredns/coredns $COREDNS_VERSION" ;;
+    kstatus) set -- "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" ;;
     esac
     for pin in "$@"; do
         read -r module version <<<"$pin"
@@ -343,9 +374,10 @@ check_wrapper() {
 }
 
 # recipe_id STEP: names what a step's binaries are built from (wrapper module,
-# Go, flags, stamps), so a changed recipe builds into new directories.
+# its own sources if it has any, Go, flags, stamps), so a changed recipe builds
+# into new directories.
 recipe_id() {
-    local bin
+    local bin source
     {
         cat "$TOOLS_DIR/go/$1/go.mod" "$TOOLS_DIR/go/$1/go.sum"
         wrapper_sources "$1" | while read -r source; do cat "$source"; done
@@ -418,6 +450,7 @@ verify_binary() {
     containerd | ctr) verify "$CONTAINERD_VERSION" "$path" --version ;;
     containerd-shim-runc-v2) verify "$CONTAINERD_VERSION" "$path" -v ;;
     coredns) verify "CoreDNS-${COREDNS_VERSION#v}" "$path" -version ;;
+    kstatus) verify "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" "$path" -version ;;
     kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
     esac
 }
@@ -446,7 +479,7 @@ estimate() {
 # ensure_step STEP BINARY...: each binary cached, or all missing ones built in
 # one go build, verified and moved into place.
 ensure_step() {
-    local step=$1 id bin dest start seconds eta out
+    local step=$1 id bin dest start seconds eta out source
     shift
     local -a missing=() packages=() ldflags=()
     id=$(recipe_id "$step")

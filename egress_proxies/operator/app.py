@@ -24,6 +24,7 @@ from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
+from egress_proxies.events import EventRecorder
 from egress_proxies.gc.sweeper import (
     DEFAULT_INTERVAL,
     DEFAULT_MIN_AGE,
@@ -48,12 +49,13 @@ from egress_proxies.leases import (
     redact_url,
 )
 from egress_proxies.leases import Clock as TimeSource
-from egress_proxies.model import DEFAULT_SQUID_IMAGE, ProviderName
+from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
     REQUEUE_ANNOTATION,
     Components,
     Program,
+    event_poster,
     register,
     touch,
 )
@@ -89,6 +91,8 @@ from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_traci
 logger = logging.getLogger(__name__)
 
 STACK_WORKER_MODULE = "egress_proxies.operator.stack_worker"
+# Who posts the Events (reportingComponent; `kubectl describe` shows "egress-proxies").
+EVENT_COMPONENT = f"{GROUP}/egress-proxies"
 
 
 class ConfigurationError(RuntimeError, EgressProxiesError):
@@ -231,7 +235,6 @@ class Operator:
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
-        self.writer = StatusWriter(self.client)
         self.metrics_registry = CollectorRegistry()
         self.leases = lease_store(settings, self.clock.time)
         self.metrics = OperatorMetrics(
@@ -248,6 +251,10 @@ class Operator:
             raise
         shard = settings.shard
         self.identity = peer_identity(os.environ, self.claim.peer_identity())
+        self.events = EventRecorder(
+            self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
+        )
+        self.writer = StatusWriter(self.client, self.events, self.clock)
         self.peering = (
             Peering(
                 self.client,
@@ -341,6 +348,7 @@ class Operator:
             requeue=self.requeue,
             policy=settings.retry,
             clock=self.clock,
+            post_event=event_poster(self.events),
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
             shard=shard,
             squid_image=settings.squid_image,
@@ -358,7 +366,9 @@ class Operator:
                 metrics=PoolMetrics(self.metrics_registry),
             )
         )
-        register_pools(self.registry, self.pools, owns=shard.owns if shard else lambda _: True)
+        register_pools(
+            self.registry, self.pools, self.events, owns=shard.owns if shard else lambda _: True
+        )
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
@@ -432,6 +442,7 @@ class Operator:
                 asyncio.create_task(relay_stop(), name="stop relay"),
                 asyncio.create_task(engine.run(), name="health engine"),
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
+                asyncio.create_task(self.events.run(), name="event recorder"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
                 asyncio.create_task(self.trimmer.run(), name="heap trimmer"),

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock
+from egress_proxies.events import EventSink
 from egress_proxies.kube import ConflictError, NotFoundError
 from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PODS, PROXIES
@@ -56,7 +57,7 @@ from egress_proxies.operator.reconcile import (
 )
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
-from egress_proxies.operator.status import status_of
+from egress_proxies.operator.status import regarding, status_of
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod
 from egress_proxies.stacks import outputs as stack_outputs
@@ -82,10 +83,13 @@ Program = Callable[[ProgramInputs], None]
 PostEvent = Callable[[Mapping[str, Any], machine.Event], None]
 
 
-def post_kopf_event(body: Mapping[str, Any], event: machine.Event) -> None:
-    """Post an Event on the Proxy through kopf's event queue."""
-    # kopf types `event()` for its Body; any Mapping with metadata is what it reads.
-    kopf.event(body, type=event.type, reason=event.reason, message=event.message)  # type: ignore[arg-type]
+def event_poster(sink: EventSink) -> PostEvent:
+    """Post the reconciler's Events about a Proxy through the aggregating recorder."""
+
+    def post(body: Mapping[str, Any], event: machine.Event) -> None:
+        sink.record(regarding(body), event.type, event.reason, event.message)
+
+    return post
 
 
 @dataclass
@@ -105,10 +109,10 @@ class Components:
     requeue: Requeue
     policy: RetryPolicy
     clock: Clock
+    post_event: PostEvent  # the reconciler's Events (event_poster)
     # (uid, failed up's text) -> import id of this Proxy's VM a killed up left unrecorded
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
-    post_event: PostEvent = post_kopf_event
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
 
 

@@ -152,10 +152,10 @@ def owned_status(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
     A new address means a new instance: its health is unknown until probed.
     """
     provisioned = find_condition(decided.conditions, PROVISIONED)
-    others = [c for c in current.conditions if c.type != PROVISIONED]
+    conditions = _replaced(current.conditions, PROVISIONED, provisioned)
     new_address = (decided.ip, decided.port) != (current.ip, current.port)
     if new_address:
-        others = [c for c in others if c.type != HEALTHY]
+        conditions = _replaced(conditions, HEALTHY, None)
     return current.model_copy(
         update={
             "observed_generation": decided.observed_generation,
@@ -165,7 +165,7 @@ def owned_status(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
             "stack": decided.stack,
             "credentials_secret": decided.credentials_secret,
             "backoff": decided.backoff,
-            "conditions": others + ([provisioned] if provisioned else []),
+            "conditions": conditions,
             "latency_millis": None if new_address else current.latency_millis,
             "last_health_check_time": None if new_address else current.last_health_check_time,
         }
@@ -567,4 +567,18 @@ def set_condition(
         last_transition_time=since,
         observed_generation=generation,
     )
-    return [c for c in conditions if c.type != kind] + [updated]
+    return _replaced(conditions, kind, updated)
+
+
+def _replaced(
+    conditions: list[Condition], kind: str, condition: Condition | None
+) -> list[Condition]:
+    """The conditions with the one of type `kind` replaced in place, appended, or (None) removed.
+
+    In place: a list that changes order but not content would be a status write for nothing.
+    """
+    kept = [c for c in conditions if c.type != kind]
+    if condition is None:
+        return kept
+    at = next((i for i, c in enumerate(conditions) if c.type == kind), len(conditions))
+    return [*conditions[:at], condition, *conditions[at + 1 :]]

@@ -3,9 +3,11 @@
 Both the reconciler (Provisioned, address, stack, observedGeneration) and the
 health engine (Healthy, latencyMillis, lastHealthCheckTime) hand their
 changes to this writer; it applies them one at a time per Proxy to the last
-status it wrote, derives the phase from the result in one place, and
+status it wrote, derives the phase and the summary conditions (Ready,
+Reconciling, Stalled: readiness.py) from the result in one place, and
 patches the API only when something changed. Two writers racing over the
-phase cannot happen: there is one.
+phase cannot happen: there is one. Each change it writes is also where the
+Proxy's lifecycle Events come from (lifecycle.py).
 """
 
 from __future__ import annotations
@@ -16,16 +18,27 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey, proxy_key
+from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES
-from egress_proxies.model import ProxyStatus, compute_phase
+from egress_proxies.model import GROUP, KIND, VERSION, ProxyStatus, compute_phase
+from egress_proxies.operator.lifecycle import lifecycle_events
 from egress_proxies.operator.ports import ApiClient
+from egress_proxies.operator.readiness import summarize
+from egress_proxies.pool_model import DRAINING_ANNOTATION
 
 logger = logging.getLogger(__name__)
 
 Mutation = Callable[[ProxyStatus], ProxyStatus]
 
 _KNOWN_FIELDS = {field.alias or name for name, field in ProxyStatus.model_fields.items()}
+
+
+def regarding(body: Mapping[str, Any]) -> Regarding:
+    """The Proxy of `body` as the subject of an Event."""
+    meta = body["metadata"]
+    return Regarding(f"{GROUP}/{VERSION}", KIND, meta["namespace"], meta["name"], meta["uid"])
 
 
 def status_of(body: Mapping[str, Any]) -> ProxyStatus:
@@ -37,8 +50,10 @@ def status_of(body: Mapping[str, Any]) -> ProxyStatus:
 class StatusWriter:
     """Serializes status changes per Proxy and writes only differences."""
 
-    def __init__(self, client: ApiClient) -> None:
+    def __init__(self, client: ApiClient, events: EventSink, clock: Clock | None = None) -> None:
         self._client = client
+        self._events = events  # where the lifecycle Events go
+        self._clock = clock or SystemClock()
         # The status last written per Proxy, with the UID of the Proxy it was
         # written for: a Proxy deleted and created again under its name starts over.
         # Kept as JSON: a parsed ProxyStatus costs about 4.4 KiB, its JSON 0.7 KiB,
@@ -60,14 +75,23 @@ class StatusWriter:
             current = self._last(key, meta["uid"])
             if current is None:
                 current = status_of(body)
-            updated = mutate(current)
+            updated = summarize(
+                mutate(current),
+                generation=int(meta.get("generation", 1)),
+                deleting=deleting,
+                draining=DRAINING_ANNOTATION in (meta.get("annotations") or {}),
+                now=self._clock.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
             updated = updated.model_copy(
                 update={"phase": compute_phase(updated, deleting=deleting)}
             )
             if updated == current:
                 return current
-            await self._patch(meta["namespace"], meta["name"], updated)
+            if not await self._patch(meta["namespace"], meta["name"], updated):
+                return updated
             self._written[key] = (meta["uid"], updated.model_dump_json(by_alias=True).encode())
+            for event in lifecycle_events(current, updated):
+                self._events.record(regarding(body), event.type, event.reason, event.message)
             return updated
 
     def latest(self, namespace: str, name: str, uid: str) -> ProxyStatus | None:
@@ -86,7 +110,8 @@ class StatusWriter:
         self._written.pop(key, None)
         self._locks.pop(key, None)
 
-    async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> None:
+    async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> bool:
+        """Write the whole status; False when the Proxy is gone."""
         # Nulls in a merge patch delete fields, so the patch is the whole status
         # (conditions are replaced as a list: their unset fields are simply left out).
         document = status.model_dump(mode="json", by_alias=True)
@@ -98,6 +123,7 @@ class StatusWriter:
         try:
             await self._client.patch(PROXIES.path(namespace, name, "status"), body)
         except NotFoundError:
-            return
+            return False
         self.patches += 1
         logger.debug("status of %s/%s: phase %s", namespace, name, status.phase)
+        return True

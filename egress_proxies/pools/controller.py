@@ -24,20 +24,22 @@ from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.kube import ConflictError, KubeClient, NotFoundError
 from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
-from egress_proxies.model import KIND, Condition, ConditionStatus
+from egress_proxies.model import (
+    KIND,
+    PERMANENT_ERROR,
+    PROVISIONED,
+)
 from egress_proxies.pool_model import (
-    AVAILABLE,
     DRAINING_ANNOTATION,
     POOL_KIND,
     POOL_LABEL,
-    PROGRESSING,
-    SCALING_LIMITED,
     TEMPLATE_HASH_LABEL,
     Demand,
     ProxyPoolSpec,
     ProxyPoolStatus,
 )
 from egress_proxies.pools import autoscale
+from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.demand import DemandBook
 from egress_proxies.pools.plan import Member, Plan, plan
 
@@ -230,6 +232,7 @@ class PoolController:
                     bans=self._c.demand.bans_since(key, window_start),
                     template_hash=(meta.get("labels") or {}).get(TEMPLATE_HASH_LABEL, ""),
                     draining_since=draining_since,
+                    failure=_permanent_failure(body),
                 )
             )
         for proxy, (until, created_hash) in list(expected.created.items()):
@@ -333,37 +336,12 @@ class PoolController:
         namespace, name = meta["namespace"], meta["name"]
         active = [m for m in members if not m.draining]
         ready = sum(1 for m in active if m.ready)
-        previous = _status_of(body).conditions
-        moment = format_time(self._c.clock())
-        floor = max(spec.replicas - spec.strategy.max_unavailable, 0)
-        settled = step.idle and step.stale == 0 and ready == len(active) == spec.replicas
-        conditions = [
-            _condition(
-                previous,
-                moment,
-                AVAILABLE,
-                ready >= floor and (ready > 0 or spec.replicas == 0),
-                "MinimumReplicasReady" if ready >= floor else "MinimumReplicasUnavailable",
-                f"{ready} of {spec.replicas} proxies Ready",
-            ),
-            _condition(
-                previous,
-                moment,
-                PROGRESSING,
-                not settled,
-                "Converged" if settled else "Converging",
-                f"{len(active)} proxies, {step.stale} to replace, "
-                f"{len(members) - len(active)} draining",
-            ),
-            _condition(
-                previous,
-                moment,
-                SCALING_LIMITED,
-                limited is not None,
-                limited or "WithinBounds",
-                "demand asks for more than maxReplicas" if limited else "",
-            ),
-        ]
+        generation = int(meta.get("generation", 1))
+        conditions = pool_conditions(
+            Round(spec, members, step, wanted_hash, limited, generation),
+            _status_of(body).conditions,
+            format_time(self._c.clock()),
+        )
         status = ProxyPoolStatus(
             replicas=len(active),
             ready_replicas=ready,
@@ -371,7 +349,7 @@ class PoolController:
             draining_replicas=len(members) - len(active),
             updated_replicas=sum(1 for m in active if m.template_hash == wanted_hash),
             selector=f"{POOL_LABEL}={name}",
-            observed_generation=int(meta.get("generation", 1)),
+            observed_generation=generation,
             demand=demand,
             low_use_since=format_time(low_use_since) if low_use_since is not None else None,
             last_scale_time=last_scale,
@@ -405,15 +383,12 @@ def _status_of(body: Mapping[str, Any]) -> ProxyPoolStatus:
         return ProxyPoolStatus()
 
 
-def _condition(
-    previous: Sequence[Condition], now: str, kind: str, true: bool, reason: str, message: str
-) -> Condition:
-    status = ConditionStatus.TRUE if true else ConditionStatus.FALSE
-    before = next((c for c in previous if c.type == kind), None)
-    moment = before.last_transition_time if before is not None and before.status == status else now
-    return Condition(
-        type=kind, status=status, reason=reason, message=message, last_transition_time=moment
-    )
+def _permanent_failure(body: Mapping[str, Any]) -> str | None:
+    """Why a member failed permanently (its Provisioned condition), or None."""
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == PROVISIONED and condition.get("reason") == PERMANENT_ERROR:
+            return str(condition.get("message") or PERMANENT_ERROR)
+    return None
 
 
 def _new_proxy(pool: Mapping[str, Any], spec: ProxyPoolSpec, wanted_hash: str) -> dict[str, Any]:

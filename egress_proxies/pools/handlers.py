@@ -7,8 +7,9 @@ from typing import Any
 
 import kopf
 
+from egress_proxies.events import EventSink, Regarding
 from egress_proxies.model import GROUP, VERSION
-from egress_proxies.pool_model import POOL_PLURAL
+from egress_proxies.pool_model import POOL_KIND, POOL_PLURAL
 from egress_proxies.pools.controller import PoolController
 
 DEFAULT_INTERVAL = 1.0
@@ -17,10 +18,11 @@ DEFAULT_INTERVAL = 1.0
 def register_pools(
     registry: kopf.OperatorRegistry,
     controller: PoolController,
+    events: EventSink,
     interval: float = DEFAULT_INTERVAL,
     owns: Callable[[Mapping[str, str]], bool] = lambda _: True,
 ) -> None:
-    """Run one controller round per pool every `interval` seconds.
+    """Run one controller round per pool every `interval` seconds; its Events go to `events`.
 
     `owns` picks the pools this operator runs by their labels: a shard runs
     the pools its selector matches (docs/pools.md, "Pools and shards").
@@ -32,8 +34,13 @@ def register_pools(
 
     @kopf.timer(*resource, interval=interval, registry=registry, when=owned)
     async def pool_round(body: kopf.Body, **_: Any) -> None:
+        meta = body["metadata"]
+        pool = Regarding(
+            f"{GROUP}/{VERSION}", POOL_KIND, meta["namespace"], meta["name"], meta["uid"]
+        )
+
         def post_event(kind: str, reason: str, message: str) -> None:
-            kopf.event(body, type=kind, reason=reason, message=message)
+            events.record(pool, kind, reason, message)
 
         await controller.reconcile(body, post_event)
 

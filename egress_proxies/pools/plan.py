@@ -38,6 +38,7 @@ class Member:
     bans: int  # within the rotation's ban window
     template_hash: str
     draining_since: float | None = None
+    failure: str | None = None  # why it failed permanently (PermanentError), if it did
 
     @property
     def draining(self) -> bool:

@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from egress_proxies import toolchain
+from egress_proxies.events import SERIES_INTERVAL
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import (
@@ -488,11 +489,17 @@ async def test_demand_grows_the_pool_to_max_and_idleness_shrinks_it_back(env: En
     print(f"back to 1 replica {shrunk_after:.1f}s after the release")
     assert 10 <= shrunk_after < 40
     await asyncio.sleep(5)  # no decision follows once it settled
-    counts: dict[str, int] = {}
-    for event in await env.events("auto"):
-        counts[event["reason"]] = counts.get(event["reason"], 0) + event.get("count", 1)
+
+    async def scaling_counts() -> dict[str, int] | None:
+        # One Event object per reason; a repeat is written within SERIES_INTERVAL.
+        counts: dict[str, int] = {}
+        for event in await env.events("auto"):
+            counts[event["reason"]] = counts.get(event["reason"], 0) + event.get("count", 1)
+        settled = counts.get("ScaledUp") == 2 and counts.get("ScaledDown") == 1
+        return counts if settled else None
+
+    counts = await wait_for(scaling_counts, timeout=3 * SERIES_INTERVAL, interval=1.0)
     print(f"pool events: {counts}")
-    assert counts.get("ScaledUp") == 2 and counts.get("ScaledDown") == 1
     async with env.session.get(env.operator.metrics_url) as response:
         metrics = await response.text()
     decisions = {

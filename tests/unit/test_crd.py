@@ -46,11 +46,21 @@ def test_conditions_are_a_map_keyed_by_type() -> None:
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
 
 
+def test_a_new_object_is_pending_until_the_operator_writes_its_status() -> None:
+    for definition in (crd.proxy_crd(), crd.proxy_pool_crd()):
+        schema = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        default = schema["properties"]["status"]["default"]
+        assert {(c["type"], c["status"], c["reason"]) for c in default["conditions"]} == {
+            ("Ready", "False", "Pending"),
+            ("Reconciling", "True", "Pending"),
+        }
+
+
 def test_printer_columns() -> None:
     columns = [
         c["name"] for c in crd.proxy_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     ]
-    assert columns == ["Phase", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
+    assert columns == ["Phase", "Ready", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
 
 
 POOL_CHECKED_IN = CHECKED_IN.parent / "proxypool.yaml"
