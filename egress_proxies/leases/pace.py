@@ -18,6 +18,7 @@ the memory store keeps its states in `Paces`, the Redis store the same in Lua.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -149,7 +150,14 @@ def handed_out(
     rate = min(learned.rate, cap) / max(pair_holders, 1)
     if bounds.max_rate is not None:
         rate = min(rate, bounds.max_rate / max(target_leases, 1))
-    return Pace(rate=rate, burst=burst_of(rate), lowered_at=learned.lowered_at)
+    return _shared_pace(rate, learned.lowered_at)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_pace(rate: float, lowered_at: float | None) -> Pace:
+    # A lease keeps its pace while active and a cooldown window after it ends, and
+    # most leases of a target carry the same one: equal paces share one object.
+    return Pace(rate=rate, burst=burst_of(rate), lowered_at=lowered_at)
 
 
 def burst_of(rate: float) -> int:
