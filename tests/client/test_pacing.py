@@ -37,6 +37,13 @@ def test_the_bucket_spaces_turns_at_its_rate_after_the_burst() -> None:
     assert bucket.reserve(10.0) == 0.25
 
 
+def test_peeking_at_the_next_turn_takes_nothing() -> None:
+    bucket = TokenBucket(pace(2.0), now=0.0)
+    assert [bucket.next_turn(0.0), bucket.next_turn(0.0)] == [0.0, 0.0]
+    assert bucket.reserve(0.0) == 0.0
+    assert bucket.next_turn(0.0) == bucket.reserve(0.0) == 0.5
+
+
 def test_a_pause_holds_every_turn_then_one_goes_then_the_pace() -> None:
     bucket = TokenBucket(pace(2.0, burst=4), now=0.0)
     bucket.reserve(5.0)

@@ -70,6 +70,19 @@ class TokenBucket:
                 wait += -self._tokens / self._rate
             return wait
 
+    def next_turn(self, now: float) -> float:
+        """The wait `reserve` would give now, without taking the turn."""
+        with self._lock:
+            if math.isinf(self._rate):
+                return max(self._stamp - now, 0.0)
+            tokens = self._tokens
+            if now > self._stamp:
+                tokens = min(self._burst, tokens + (now - self._stamp) * self._rate)
+            wait = max(self._stamp - now, 0.0)
+            if tokens < 1:
+                wait += (1 - tokens) / self._rate
+            return wait
+
     def pause(self, seconds: float, now: float) -> None:
         """No turn for `seconds` (a site's Retry-After), then one at once, then the pace."""
         with self._lock:

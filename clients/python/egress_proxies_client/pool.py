@@ -119,19 +119,9 @@ class _LeaseView:
             self._grant = replace(self._grant, pace=pace)
             self._bucket.set_pace(pace, self._clock())
 
-    def _judged(
-        self, status: int, headers: Mapping[str, str], body: str | bytes
-    ) -> tuple[Classification | None, bool]:
-        """Classify a response: count it when accepted, pause the bucket on a rate limit.
-
-        Returns the refusal (None when accepted) and whether the ok batch is full.
-        """
-        classification = self._policy.classify_response(status, headers, body)
-        if classification is None:
-            return None, self._batch.add()
-        if classification.verdict is Verdict.RATE_LIMITED and classification.retry_after:
-            self._bucket.pause(classification.retry_after, self._clock())
-        return classification, False
+    def next_turn(self) -> float:
+        """Seconds until this lease's next turn, without taking it (0: now)."""
+        return self._bucket.next_turn(self._clock())
 
     def check(self, status: int, headers: Mapping[str, str], body: str | bytes = b"") -> None:
         """Raise ProxyBannedError or ProxyRateLimitedError when the policy says the site refused."""
@@ -185,20 +175,28 @@ class Lease(_LeaseView):
         Returns None when accepted, the rate limit's classification when refused
         (send the request again after `wait_turn`); raises ProxyBannedError on a ban.
         """
-        classification, full = self._judged(status, headers, body)
+        classification = self._policy.classify_response(status, headers, body)
         if classification is None:
-            self._pool._paced.add(self)
-            if full:
-                self._pool._reporter.wake()
-            else:
-                self._pool._reporter.touch()
-            return None
-        if classification.verdict is Verdict.BANNED:
+            self.accepted()
+        elif classification.verdict is Verdict.BANNED:
             raise ProxyBannedError(classification.reason)
-        self.report(
-            classification.verdict, classification.reason, retry_after=classification.retry_after
-        )
+        else:
+            self.rate_limited(classification.reason, classification.retry_after)
         return classification
+
+    def accepted(self, count: int = 1) -> None:
+        """Count requests the site accepted; they are reported in the next batch."""
+        self._pool._paced.add(self)
+        if self._batch.add(count):
+            self._pool._reporter.wake()
+        else:
+            self._pool._reporter.touch()
+
+    def rate_limited(self, reason: str, retry_after: float | None = None) -> None:
+        """The site rate-limited a request: wait out its Retry-After, report it at once."""
+        if retry_after:
+            self._bucket.pause(retry_after, self._clock())
+        self.report(Verdict.RATE_LIMITED, reason, retry_after=retry_after)
 
     def _flush(self, *, force: bool = False) -> None:
         """Report the ok count if due (`force`: whatever is pending)."""
@@ -441,20 +439,28 @@ class AsyncLease(_LeaseView):
         Returns None when accepted, the rate limit's classification when refused
         (send the request again after `wait_turn`); raises ProxyBannedError on a ban.
         """
-        classification, full = self._judged(status, headers, body)
+        classification = self._policy.classify_response(status, headers, body)
         if classification is None:
-            self._pool._paced.add(self)
-            if full:
-                self._pool._reporter.wake()
-            else:
-                self._pool._reporter.touch()
-            return None
-        if classification.verdict is Verdict.BANNED:
+            self.accepted()
+        elif classification.verdict is Verdict.BANNED:
             raise ProxyBannedError(classification.reason)
-        await self.report(
-            classification.verdict, classification.reason, retry_after=classification.retry_after
-        )
+        else:
+            await self.rate_limited(classification.reason, classification.retry_after)
         return classification
+
+    def accepted(self, count: int = 1) -> None:
+        """Count requests the site accepted; they are reported in the next batch."""
+        self._pool._paced.add(self)
+        if self._batch.add(count):
+            self._pool._reporter.wake()
+        else:
+            self._pool._reporter.touch()
+
+    async def rate_limited(self, reason: str, retry_after: float | None = None) -> None:
+        """The site rate-limited a request: wait out its Retry-After, report it at once."""
+        if retry_after:
+            self._bucket.pause(retry_after, self._clock())
+        await self.report(Verdict.RATE_LIMITED, reason, retry_after=retry_after)
 
     async def _flush(self, *, force: bool = False) -> None:
         """Report the ok count if due (`force`: whatever is pending)."""
