@@ -1,11 +1,12 @@
 """A 200-page local site that rate-limits each client address and then bans one of them.
 
 Pages form a binary tree (page n links to 2n+1 and 2n+2), so every page is reached
-from exactly one parent. Above RATE pages per second from one source address the
-site answers 429 with `Retry-After: 1`; the first address to collect BAN_AFTER 429s
-is banned: once its Retry-After has passed (so requests already in flight during the
-rate limit still get 429s), it gets a 403 captcha page, for good. Every answer is logged per
-address, so a test can tell which proxy was banned and whether it came back.
+from exactly one parent. Above `rate` (RATE) pages per second from one source address
+the site answers 429 with `Retry-After: 1`; the first address to collect `ban_after`
+(BAN_AFTER) 429s is banned: once its Retry-After has passed (so requests already in
+flight during the rate limit still get 429s), it gets a 403 captcha page, for good.
+Every answer is logged per address, so a test can tell which proxy was banned and
+whether it came back.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Site:
     """The running site and what it saw."""
 
     url: str = ""
+    rate: int = RATE
+    ban_after: int = BAN_AFTER
     victim: str | None = None
     banned_from: float = 0.0
     answers: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
@@ -44,9 +47,9 @@ class Site:
         recent = self._recent[address]
         while recent and recent[0] <= now - 1.0:
             recent.popleft()
-        if len(recent) >= RATE:
+        if len(recent) >= self.rate:
             self._rate_limited[address] += 1
-            if self.victim is None and self._rate_limited[address] >= BAN_AFTER:
+            if self.victim is None and self._rate_limited[address] >= self.ban_after:
                 self.victim, self.banned_from = address, now + 1.0
             return 429
         recent.append(now)
@@ -55,6 +58,24 @@ class Site:
     def statuses_from(self, address: str) -> list[int]:
         """What one address got, in order."""
         return [status for _, status in self.answers[address]]
+
+    def share_of(self, status: int) -> float:
+        """The share of all answers that had `status`."""
+        answers = [s for replies in self.answers.values() for _, s in replies]
+        return answers.count(status) / max(len(answers), 1)
+
+    def most_addresses_within_a_second(self) -> int:
+        """The most source addresses the site saw pages go to within one second."""
+        served = sorted(
+            (at, address)
+            for address, replies in self.answers.items()
+            for at, status in replies
+            if status == 200
+        )
+        return max(
+            (len({a for at, a in served if start <= at < start + 1.0}) for start, _ in served),
+            default=0,
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         """One page, or a refusal."""
@@ -79,9 +100,9 @@ class Site:
 
 
 @asynccontextmanager
-async def serve_site() -> AsyncIterator[Site]:
+async def serve_site(rate: int = RATE, ban_after: int = BAN_AFTER) -> AsyncIterator[Site]:
     """Serve the site where the dev cluster's pods reach this machine, until exit."""
-    site = Site()
+    site = Site(rate=rate, ban_after=ban_after)
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)
