@@ -17,11 +17,10 @@ import pytest
 from egress_proxies_client import AsyncPool, ProxyInfo
 
 from egress_proxies.kube import KubeClient
+from harness.crawl_site import PAGES, SPIDER, Site, serve_site
 from harness.origins import Origin, serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
-from tests.e2e.crawl_site import PAGES, Site, serve_site
 
-SPIDER = Path(__file__).with_name("crawl_spider.py")
 PROXIES = ("crawl-a", "crawl-b", "crawl-c")
 PACED_PROXIES = ("pace-a", "pace-b", "pace-c", "pace-d")
 CONCURRENCY = 8

@@ -1,4 +1,4 @@
-"""A 200-page local site that rate-limits each client address and then bans one of them.
+"""A local site of PAGES (200) pages that rate-limits each client address and then bans one of them.
 
 Pages form a binary tree (page n links to 2n+1 and 2n+2), so every page is reached
 from exactly one parent. Above `rate` (RATE) pages per second from one source address
@@ -16,12 +16,15 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 
 from harness.origins import origin_host
 
 PAGES = 200
+# The Scrapy spider that crawls it (`scrapy runspider`), configured by its environment.
+SPIDER = Path(__file__).with_name("crawl_spider.py")
 RATE = 10
 BAN_AFTER = 3
 CAPTCHA = '<html><div class="g-recaptcha" data-sitekey="x"></div></html>'
@@ -32,7 +35,8 @@ class Site:
     """The running site and what it saw."""
 
     url: str = ""
-    rate: int = RATE
+    pages: int = PAGES
+    rate: float = RATE  # may change while the site runs (a site halving its limit)
     ban_after: int = BAN_AFTER
     victim: str | None = None
     banned_from: float = 0.0
@@ -88,21 +92,23 @@ class Site:
         if status == 403:
             return web.Response(status=403, text=CAPTCHA, content_type="text/html")
         page = int(request.match_info["n"])
-        if not 0 <= page < PAGES:
+        if not 0 <= page < self.pages:
             raise web.HTTPNotFound()
         links = "".join(
             f'<a href="/page/{child}">page {child}</a>'
             for child in (2 * page + 1, 2 * page + 2)
-            if child < PAGES
+            if child < self.pages
         )
         body = f'<html><h1 data-n="{page}">Page {page}</h1>{links}</html>'
         return web.Response(text=body, content_type="text/html")
 
 
 @asynccontextmanager
-async def serve_site(rate: int = RATE, ban_after: int = BAN_AFTER) -> AsyncIterator[Site]:
+async def serve_site(
+    rate: float = RATE, ban_after: int = BAN_AFTER, pages: int = PAGES
+) -> AsyncIterator[Site]:
     """Serve the site where the dev cluster's pods reach this machine, until exit."""
-    site = Site(rate=rate, ban_after=ban_after)
+    site = Site(pages=pages, rate=rate, ban_after=ban_after)
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)
