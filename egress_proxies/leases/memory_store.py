@@ -111,8 +111,10 @@ class MemoryLeaseStore:
 
     def _target_full(self, pool: CandidatePool, target: str | None, now: float) -> NoMatch | None:
         """Why nothing is granted while the target holds all the leases its bounds allow."""
+        if target is None or not self._pace_limits.targets:
+            return None
         most = self._pace_limits.bounds_for(target).max_leases
-        if target is None or most is None:
+        if most is None:
             return None
         leases = self._target_leases.get(target, {})
         if len(leases) < most:
@@ -130,9 +132,10 @@ class MemoryLeaseStore:
         """The pace of one holder of the pair now (`joining`: a holder not counted yet)."""
         limits = self._pace_limits
         bounds = limits.bounds_for(target)
-        holders = joining + sum(
-            1 for lease in self._holders.get(key, {}).values() if lease.target == target
-        )
+        held = self._holders.get(key)
+        holders = joining
+        if held:
+            holders += sum(1 for lease in held.values() if lease.target == target)
         leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
         learned = self._paces.learned(key, target)
         return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds))

@@ -185,6 +185,7 @@ class Paces:
     limits: PaceLimits
     _pairs: dict[tuple[ProxyKey, str | None], _Remembered] = field(default_factory=dict)
     _targets: dict[str, _Remembered] = field(default_factory=dict)
+    _next_prune: float = math.inf
 
     def learned(self, key: ProxyKey, target: str | None) -> PaceState:
         """The pair's pace, else where a proxy new to the target starts."""
@@ -223,9 +224,17 @@ class Paces:
 
     def prune(self, now: float) -> None:
         """Forget paces nobody reported on for `limits.memory` seconds."""
+        if now < self._next_prune:
+            return  # every store operation asks: most find nothing due
         horizon = now - self.limits.memory
         _forget_before(self._pairs, horizon)
         _forget_before(self._targets, horizon)
+        oldest = [
+            next(iter(remembered.values())).touched_at
+            for remembered in (self._pairs, self._targets)
+            if remembered
+        ]
+        self._next_prune = min(oldest) + self.limits.memory if oldest else math.inf
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -237,12 +246,12 @@ class Paces:
             state.rate = pair.rate
         self._touch(self._targets, target, state, now)
 
-    @staticmethod
     def _touch(
-        remembered: dict[_Name, _Remembered], name: _Name, state: PaceState, now: float
+        self, remembered: dict[_Name, _Remembered], name: _Name, state: PaceState, now: float
     ) -> None:
         remembered.pop(name, None)
         remembered[name] = _Remembered(state, now)
+        self._next_prune = min(self._next_prune, now + self.limits.memory)
 
 
 def _forget_before(remembered: dict[_Name, _Remembered], horizon: float) -> None:
