@@ -289,3 +289,17 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
         assert rate(newcomer.pace) == 3.0
     finally:
         await after.close()
+
+
+async def test_a_pace_nobody_reports_on_is_forgotten(
+    make_store: MakeStore, clock: VirtualClock
+) -> None:
+    store = paced(make_store, start=1.0, increase=0.5, memory=100.0)
+    candidates = pool(record("a"))
+    lease = granted(await store.acquire(candidates, SITE, 60))
+    await ok(store, lease, 4)
+    await store.release(lease.lease_id)
+    clock.advance(99)
+    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 3.0
+    clock.advance(61)
+    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 1.0
