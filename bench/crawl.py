@@ -4,7 +4,8 @@
 
 Starts the dev cluster (a real node by default: each squid pod leaves from its own
 address), the operator and N managed proxies, and a site that allows R pages/s per
-source address (429 with `Retry-After: 1` above it, a ban after 20 429s). Each
+source address (429 with `Retry-After: 1` above it, a ban after 20 429s within
+10 s). Each
 crawler crawls it from scratch; `--halve-after` seconds in, the site halves R for
 `--halve-for` seconds, then restores it. Printed per crawler: efficiency = pages/s
 / (R x N) before the halving, the share of answers that were 429, bans, the
@@ -28,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
-from egress_proxies_client import AsyncLease, AsyncPool, ProxyBannedError
+from egress_proxies_client import AsyncLease, AsyncPool, NoProxyAvailableError, ProxyBannedError
 
 from bench.reconcile import Descendants, Progress, create_namespace, running, wait_operator_up
 from egress_proxies.devcluster import KubeClient
@@ -38,7 +39,7 @@ from harness.crawl_site import SPIDER, Site, serve_site
 from harness.operator import managed_proxy, new_operator, proxy_path, wait_for_condition
 from harness.origins import serve_origin, use_origin_host
 
-BAN_AFTER = 20
+BAN_AFTER, BAN_WINDOW = 20, 10.0
 SDK_WORKERS = 8
 SCRAPY_CONCURRENCY = "16"
 WINDOW = 10.0
@@ -61,10 +62,11 @@ async def scrapy_crawl(site: Site, api: tuple[str, str], out: Path) -> None:
             "CRAWL_CONCURRENCY": SCRAPY_CONCURRENCY,
         },
         cwd=out,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stdout=(out / "scrapy.log").open("w"),
+        stderr=asyncio.subprocess.STDOUT,
     )
-    await process.wait()
+    if await process.wait() != 0:
+        raise RuntimeError(f"scrapy failed; see {out / 'scrapy.log'}")
 
 
 class SdkCrawler:
@@ -129,7 +131,13 @@ async def sdk_crawl(site: Site, api: tuple[str, str], proxies: int) -> None:
     """Lease every proxy for the site, then crawl it with SdkCrawler."""
     target = site.url.split("//", 1)[1].split(":", 1)[0]
     async with AsyncPool(*api) as pool:
-        leases = [await pool.acquire(target=target, ttl=600, wait=60) for _ in range(proxies)]
+        leases = [await pool.acquire(target=target, ttl=600, wait=120)]
+        for _ in range(proxies - 1):
+            try:
+                leases.append(await pool.acquire(target=target, ttl=600, wait=0))
+            except NoProxyAvailableError as error:
+                print(f"sdk: {len(leases)} of {proxies} proxies free: {error}")
+                break
         await SdkCrawler(site, leases).run()
 
 
@@ -187,7 +195,9 @@ async def crawl_once(
     args: argparse.Namespace,
 ) -> None:
     """Serve a fresh site, crawl it with `run`, halving its rate on the way; report."""
-    async with serve_site(rate=args.rate, ban_after=BAN_AFTER, pages=args.pages) as site:
+    async with serve_site(
+        rate=args.rate, ban_after=BAN_AFTER, pages=args.pages, ban_window=BAN_WINDOW
+    ) as site:
         schedule = asyncio.create_task(
             halve_then_restore(site, args.rate, args.halve_after, args.halve_for)
         )
@@ -254,6 +264,7 @@ def main() -> None:
     parser.add_argument("--halve-after", type=float, default=30.0, help="seconds into a crawl")
     parser.add_argument("--halve-for", type=float, default=30.0, help="seconds at R / 2")
     parser.add_argument("--node", choices=("real", "loopback"), default="real")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (Scrapy logs)")
     args = parser.parse_args()
     if args.proxies < 1 or args.rate <= 0 or args.pages < 1:
         parser.error("need --proxies >= 1, --rate > 0 and --pages >= 1")
@@ -264,7 +275,10 @@ def main() -> None:
     finally:
         processes.note()
         killed = processes.kill_survivors()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            progress(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
         progress(f"cleaned up; processes left running and killed now: {killed or 'none'}")
 
 

@@ -3,8 +3,9 @@
 Pages form a binary tree (page n links to 2n+1 and 2n+2), so every page is reached
 from exactly one parent. Above `rate` (RATE) pages per second from one source address
 the site answers 429 with `Retry-After: 1`; the first address to collect `ban_after`
-(BAN_AFTER) 429s is banned: once its Retry-After has passed (so requests already in
-flight during the rate limit still get 429s), it gets a 403 captcha page, for good.
+(BAN_AFTER) 429s (within `ban_window` seconds, if set) is banned: once its
+Retry-After has passed (so requests already in flight during the rate limit still
+get 429s), it gets a 403 captcha page, for good.
 Every answer is logged per address, so a test can tell which proxy was banned and
 whether it came back.
 """
@@ -38,11 +39,12 @@ class Site:
     pages: int = PAGES
     rate: float = RATE  # may change while the site runs (a site halving its limit)
     ban_after: int = BAN_AFTER
+    ban_window: float | None = None  # count 429s this many seconds back; None: all of them
     victim: str | None = None
     banned_from: float = 0.0
     answers: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
     _recent: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
-    _rate_limited: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _rate_limited: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
 
     def answer(self, address: str, now: float) -> int:
         """The status for one request from `address`."""
@@ -52,8 +54,11 @@ class Site:
         while recent and recent[0] <= now - 1.0:
             recent.popleft()
         if len(recent) >= self.rate:
-            self._rate_limited[address] += 1
-            if self.victim is None and self._rate_limited[address] >= self.ban_after:
+            refusals = self._rate_limited[address]
+            refusals.append(now)
+            while self.ban_window is not None and refusals[0] <= now - self.ban_window:
+                refusals.popleft()
+            if self.victim is None and len(refusals) >= self.ban_after:
                 self.victim, self.banned_from = address, now + 1.0
             return 429
         recent.append(now)
@@ -105,10 +110,13 @@ class Site:
 
 @asynccontextmanager
 async def serve_site(
-    rate: float = RATE, ban_after: int = BAN_AFTER, pages: int = PAGES
+    rate: float = RATE,
+    ban_after: int = BAN_AFTER,
+    pages: int = PAGES,
+    ban_window: float | None = None,
 ) -> AsyncIterator[Site]:
     """Serve the site where the dev cluster's pods reach this machine, until exit."""
-    site = Site(pages=pages, rate=rate, ban_after=ban_after)
+    site = Site(pages=pages, rate=rate, ban_after=ban_after, ban_window=ban_window)
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)

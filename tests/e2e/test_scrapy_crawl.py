@@ -24,8 +24,9 @@ from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_
 PROXIES = ("crawl-a", "crawl-b", "crawl-c")
 PACED_PROXIES = ("pace-a", "pace-b", "pace-c", "pace-d")
 CONCURRENCY = 8
-# The site of the issue that asked for the pace: 5 pages/s per address, a ban after 20 429s.
-SITE_RATE, SITE_BAN_AFTER = 5, 20
+# The site of the issue that asked for the pace: 5 pages/s per address, a ban after
+# 20 429s within 10 s.
+SITE_RATE, SITE_BAN_AFTER, SITE_BAN_WINDOW = 5, 20, 10.0
 
 Crawl = tuple[str, list[dict[str, Any]], dict[str, Any], list[ProxyInfo]]
 
@@ -91,7 +92,7 @@ async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
 ) -> None:
     async with (
         serve_origin() as health_origin,
-        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER) as site,
+        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
     ):
         _, items, stats, proxies = await crawl(
             kube,

@@ -27,7 +27,7 @@ async def test_a_lease_carries_its_pace_and_reports_move_it() -> None:
         assert lease["pace"] == {"requestsPerSecond": 1.0, "burst": 1, "lastLoweredAt": None}
         status, body = await report(api, lease["leaseId"], result="ok", count=4)
         assert status == 200
-        assert body == {"pace": {"requestsPerSecond": 3.0, "burst": 3, "lastLoweredAt": None}}
+        assert body == {"pace": {"requestsPerSecond": 3.0, "burst": 1, "lastLoweredAt": None}}
         status, renewed = await post(
             api, f"/v1/leases/{lease['leaseId']}/renew", {"ttlSeconds": 60}
         )

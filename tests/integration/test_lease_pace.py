@@ -83,7 +83,7 @@ def rate(pace: Pace | None) -> float:
 async def test_a_new_pair_starts_at_the_start_pace(make_store: MakeStore) -> None:
     store = paced(make_store, start=2.5)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert lease.pace == Pace(rate=2.5, burst=2, lowered_at=None)
+    assert lease.pace == Pace(rate=2.5, burst=1, lowered_at=None)
 
 
 async def test_ok_counts_raise_the_pace_by_a_step_per_second_of_traffic(
@@ -95,7 +95,7 @@ async def test_ok_counts_raise_the_pace_by_a_step_per_second_of_traffic(
     assert rate(await ok(store, lease, 4)) == 3.0, "two seconds' worth at 2/s"
     renewed = await store.renew(lease.lease_id, 60, RECORDS.get)
     assert renewed is not None and renewed.pace is not None
-    assert (rate(renewed.pace), renewed.pace.burst) == (3.0, 3)
+    assert (rate(renewed.pace), renewed.pace.burst) == (3.0, 1)
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(
@@ -104,7 +104,7 @@ async def test_a_rate_limit_lowers_it_once_per_hold(
     store = paced(make_store, start=4.0, decrease=0.5, settle=1.0)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     lowered = await rate_limited(store, lease)
-    assert lowered == Pace(rate=2.0, burst=2, lowered_at=clock.now)
+    assert lowered == Pace(rate=2.0, burst=1, lowered_at=clock.now)
     assert rate(await rate_limited(store, lease)) == 2.0, "an echo of the same overload"
     assert rate(await ok(store, lease, 10)) == 2.0, "nothing raises it within the hold"
     clock.advance(1.0)
