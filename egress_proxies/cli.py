@@ -233,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ShardError as error:
             print(f"egress-proxies: {error}", file=sys.stderr)
             return 2
+        try:
+            lease_pace = settings.pace_limits()
+        except ValueError as error:
+            parser.error(f"--lease-pace-* / --lease-target-bounds: {error}")
 
         return run_operator(
             OperatorSettings(
@@ -269,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lease_cooldown_window=settings.lease_cooldown,
                 lease_ban_backoff_cap=settings.lease_ban_backoff_cap,
                 lease_rate_limit_window=settings.lease_rate_limit_cooldown,
+                lease_pace=lease_pace,
                 shard=shard,
                 lease_store=settings.lease_store,
                 lease_store_prefix=settings.lease_store_prefix,

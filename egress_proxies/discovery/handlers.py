@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from aiohttp import web
 
@@ -19,7 +19,7 @@ from egress_proxies.discovery.parsing import (
     read_body,
     reject_query,
 )
-from egress_proxies.discovery.responses import GrantedBodies, proxy_url
+from egress_proxies.discovery.responses import GrantedBodies, pace_body, proxy_url
 from egress_proxies.discovery.schemas import (
     Health,
     LeaseRequest,
@@ -27,6 +27,7 @@ from egress_proxies.discovery.schemas import (
     ProxyList,
     ProxySummary,
     RenewRequest,
+    ReportAccepted,
     ReportRequest,
 )
 from egress_proxies.leases import InvalidTtlError, LeaseStore, NoMatch, ReportResult, is_offerable
@@ -159,7 +160,7 @@ class Handlers:
         return web.Response(status=204)
 
     async def report(self, request: web.Request) -> web.Response:
-        """POST /v1/leases/{leaseId}/report: ok, rate_limited or banned for a target."""
+        """POST /v1/leases/{leaseId}/report: ok (with a count), rate_limited or banned."""
         reject_query(request)
         lease_id = lease_id_of(request)
         report = await read_body(request, ReportRequest)
@@ -169,6 +170,7 @@ class Handlers:
             report.target,
             report.retry_after_seconds,
             self._catalog.current().record,
+            report.count,
         )
         if outcome is None:
             raise ApiError(404, "unknown_lease", "no such lease, or it ended too long ago")
@@ -192,7 +194,8 @@ class Handlers:
             )
             if self._metrics is not None:
                 self._metrics.target_paused()
-        return web.Response(status=204)
+        assert outcome.pace is not None, "every store paces the reports it accepts"
+        return json_response(ReportAccepted(pace=pace_body(outcome.pace)).model_dump_json())
 
     def _check_ttl(self, ttl_seconds: int) -> None:
         if ttl_seconds > self._store.max_ttl:
@@ -213,17 +216,25 @@ def _whole_seconds(seconds: float | None) -> int | None:
 
 
 def _no_match_body(no_match: NoMatch, retry_after: int | None) -> str:
-    paused = no_match.target_paused
+    paused, full = no_match.target_paused, no_match.target_full
+    error: Literal["no_match", "target_paused", "target_full"] = "no_match"
+    detail = "no proxy matching the selector is free for this target"
+    if paused:
+        error, detail = (
+            "target_paused",
+            "the target is paused: most of this pool was banned by it lately",
+        )
+    elif full:
+        error, detail = "target_full", "the target holds as many leases as its bounds allow"
     return NoMatchBody(
-        error="target_paused" if paused else "no_match",
-        detail="the target is paused: most of this pool was banned by it lately"
-        if paused
-        else "no proxy matching the selector is free for this target",
+        error=error,
+        detail=detail,
         considered=no_match.considered,
         at_capacity=no_match.at_capacity,
         in_cooldown=no_match.in_cooldown,
         unhealthy=no_match.unhealthy,
         target_paused=paused,
+        target_full=full,
         retry_after_seconds=retry_after,
     ).model_dump_json()
 

@@ -21,6 +21,7 @@ from egress_proxies.discovery.schemas import (
     NoMatchBody,
     ProxyList,
     RenewRequest,
+    ReportAccepted,
     ReportRequest,
 )
 from egress_proxies.leases import DEFAULT_MAX_TTL, LEASE_ID_PATTERN
@@ -140,7 +141,8 @@ def _paths() -> JsonObject:
                 "summary": "Lease the least-loaded healthy proxy matching the selector.",
                 "description": "Among healthy matches that are below their maxLeases and not "
                 "cooling down for the target: fewest active leases, then latency, then "
-                "namespace/name.",
+                "namespace/name. The lease carries its pace: how many requests per second "
+                "to send through the proxy to the target.",
                 "requestBody": _body("LeaseRequest"),
                 "responses": {
                     "201": _json("Leased.", _ref("LeaseGranted")),
@@ -148,13 +150,15 @@ def _paths() -> JsonObject:
                     "401": _UNAUTHORIZED,
                     "409": {
                         **_json(
-                            "No matching proxy is free, or the target is paused.",
+                            "No matching proxy is free, or the target is paused, or it holds "
+                            "as many leases as its bounds allow.",
                             _ref("NoMatchBody"),
                         ),
                         "headers": {
                             "Retry-After": {
                                 "description": "Seconds until the earliest matching proxy may "
-                                "free up; absent when no matching proxy is healthy.",
+                                "free up (for a full target: until its first lease ends); "
+                                "absent when no matching proxy is healthy.",
                                 "schema": {"type": "integer", "minimum": 1},
                             }
                         },
@@ -185,12 +189,13 @@ def _paths() -> JsonObject:
                 "description": "rate_limited and banned put {proxy, target} on cooldown: "
                 "rate limits for the site's retryAfterSeconds or a short growing window, bans "
                 "for a window that doubles on repeats. Bans from most of a pool pause the "
-                "target. Accepted while the lease is active and for one cooldown window after "
-                "it ends.",
+                "target. ok reports (with a count of requests) raise the pair's pace, "
+                "rate_limited lowers it; the answer carries the holder's pace after the report. "
+                "Accepted while the lease is active and for one cooldown window after it ends.",
                 "parameters": [_LEASE_ID_PARAMETER],
                 "requestBody": _body("ReportRequest"),
                 "responses": {
-                    "204": _NO_CONTENT,
+                    "200": _json("Recorded; the pace after it.", _ref("ReportAccepted")),
                     "400": _BAD_REQUEST,
                     "401": _UNAUTHORIZED,
                     "404": _error("Unknown lease, or it ended more than a cooldown window ago."),
@@ -228,6 +233,7 @@ def openapi_document(max_ttl: int) -> JsonObject:
             (ReportRequest, "validation"),
             (RenewRequest, "validation"),
             (LeaseGranted, "serialization"),
+            (ReportAccepted, "serialization"),
             (NoMatchBody, "serialization"),
             (ProxyList, "serialization"),
             (ErrorBody, "serialization"),

@@ -15,8 +15,8 @@ from urllib.parse import quote
 from pydantic_core import to_json
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
-from egress_proxies.discovery.schemas import Credentials, LeasedProxy
-from egress_proxies.leases import Lease
+from egress_proxies.discovery.schemas import Credentials, LeasedProxy, PaceBody
+from egress_proxies.leases import Lease, Pace
 
 # Records remembered; a fleet that outgrows it (or churns past it) just starts over.
 MAX_CACHED_PROXIES = 65_536
@@ -54,6 +54,16 @@ def leased_proxy(record: ProxyRecord) -> LeasedProxy:
     )
 
 
+def pace_body(pace: Pace) -> PaceBody:
+    """The `pace` object of a lease, a renewal or a report (the rate to a thousandth)."""
+    lowered_at = pace.lowered_at
+    return PaceBody(
+        requests_per_second=round(pace.rate, 3),
+        burst=pace.burst,
+        last_lowered_at=None if lowered_at is None else datetime.fromtimestamp(lowered_at, UTC),
+    )
+
+
 class GrantedBodies:
     """Renders LeaseGranted bodies, each record's `proxy` JSON rendered once."""
 
@@ -67,10 +77,12 @@ class GrantedBodies:
         """The 201 (or renew 200) body for `lease`, as LeaseGranted would serialise it."""
         target = "null" if lease.target is None else to_json(lease.target).decode()
         expires_at = datetime.fromtimestamp(lease.expires_at, UTC).isoformat()
+        assert lease.pace is not None, "every store paces the leases it grants"
         return (
             f'{{"leaseId":"{lease.lease_id}","proxy":{self._proxy_json(lease.proxy)},'
             f'"target":{target},"ttlSeconds":{lease.ttl_seconds},'
-            f'"expiresAt":"{expires_at.removesuffix("+00:00")}Z"}}'
+            f'"expiresAt":"{expires_at.removesuffix("+00:00")}Z",'
+            f'"pace":{pace_body(lease.pace).model_dump_json()}}}'
         )
 
     def _proxy_json(self, record: ProxyRecord) -> str:

@@ -79,6 +79,7 @@ class LeaseRequest(_Request):
 
 
 REASON_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,39}$"
+MAX_REPORT_COUNT = 1_000_000
 
 
 class ReportRequest(_Request):
@@ -102,10 +103,23 @@ class ReportRequest(_Request):
             le=86400,
             strict=False,
             description="The site's Retry-After, on a rate_limited report: the pair cools that "
-            "long (at most one ban cooldown window) instead of the rate-limit window.",
+            "long (at most one ban cooldown window) instead of the rate-limit window, and its "
+            "pace is not lowered again nor raised within it.",
         ),
         BeforeValidator(lambda value: value if value is None else _json_number(value)),
     ]
+    count: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_REPORT_COUNT,
+            strict=False,
+            description="How many requests an ok report counts (a batch); each second's worth "
+            "at the current pace raises it. Default 1, an old client's one report per lease. "
+            "rate_limited and banned reports are one event whatever the count.",
+        ),
+        BeforeValidator(_json_number),
+    ] = 1
 
 
 class RenewRequest(_Request):
@@ -144,20 +158,41 @@ class LeasedProxy(_Response):
     latency_millis: int | None
 
 
+class PaceBody(_Response):
+    """How fast the holder may send through the proxy to the target (docs/api.md, "Pace")."""
+
+    requests_per_second: float = Field(
+        description="The learned pace for this proxy and target, within the target's bounds and "
+        "shared with other holders of the proxy for the target."
+    )
+    burst: int = Field(description="Requests that may go at once after a pause (at least 1).")
+    last_lowered_at: datetime | None = Field(
+        description="When a rate limit last lowered this proxy's pace for the target; null if "
+        "never."
+    )
+
+
 class LeaseGranted(_Response):
-    """201 from POST /v1/leases."""
+    """201 from POST /v1/leases (and 200 from renew)."""
 
     lease_id: str
     proxy: LeasedProxy
     target: str | None
     ttl_seconds: int
     expires_at: datetime
+    pace: PaceBody
+
+
+class ReportAccepted(_Response):
+    """200 from POST /v1/leases/{leaseId}/report: the holder's pace after the report."""
+
+    pace: PaceBody
 
 
 class NoMatchBody(_Response):
     """409 from POST /v1/leases. considered = atCapacity + inCooldown + unhealthy."""
 
-    error: Literal["no_match", "target_paused"] = "no_match"
+    error: Literal["no_match", "target_paused", "target_full"] = "no_match"
     detail: str
     considered: int
     at_capacity: int
@@ -168,6 +203,11 @@ class NoMatchBody(_Response):
     target_paused: bool = Field(
         description="The ban-storm guard paused this target: most of the pool was banned by it "
         "lately. Every proxy not at capacity then counts as inCooldown."
+    )
+    target_full: bool = Field(
+        description="The target holds as many leases as its bounds allow (maxLeases). Every "
+        "offerable proxy then counts as atCapacity, and Retry-After is when the first of the "
+        "target's leases ends."
     )
     retry_after_seconds: int | None = Field(
         description="Also sent as the Retry-After header: seconds until the earliest matching "

@@ -2,8 +2,10 @@
 
 A crawler leases the least-loaded healthy proxy matching its selector, releases
 it when done, and reports `rate_limited` or `banned` to put the {proxy, target}
-pair on cooldown. The state lives behind the `LeaseStore` Protocol: in this
-process's memory (the default) or in Redis (`open_lease_store("redis://...")`).
+pair on cooldown. `ok` counts and rate limits teach the store the pair's pace
+(leases/pace.py), which every lease, renewal and report hands out. The state
+lives behind the `LeaseStore` Protocol: in this process's memory (the default)
+or in Redis (`open_lease_store("redis://...")`).
 
 `RedisLeaseStore` is imported on first use: redis-py (with the OpenTelemetry
 SDK and cryptography it imports) costs an operator on the memory store about
@@ -37,6 +39,7 @@ from egress_proxies.leases.limits import (
 )
 from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.opening import open_lease_store
+from egress_proxies.leases.pace import Pace, PaceLimits, TargetBounds
 from egress_proxies.leases.store import (
     Clock,
     InvalidTtlError,
@@ -70,11 +73,14 @@ __all__ = [
     "LeaseStore",
     "MemoryLeaseStore",
     "NoMatch",
+    "Pace",
+    "PaceLimits",
     "RecordLookup",
     "RedisLeaseStore",
     "ReportOutcome",
     "ReportResult",
     "StoreUnavailableError",
+    "TargetBounds",
     "is_offerable",
     "open_lease_store",
     "parse_lease_id",

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import NewType
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.leases.pace import Pace
 
 LeaseId = NewType("LeaseId", str)
 
@@ -60,7 +61,10 @@ class ReportResult(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One client's claim on one proxy until `expires_at` (clock seconds)."""
+    """One client's claim on one proxy until `expires_at` (clock seconds), at `pace`.
+
+    `pace` is the one handed out when the lease was granted or last renewed.
+    """
 
     lease_id: LeaseId
     proxy: ProxyRecord
@@ -70,6 +74,7 @@ class Lease:
     # The selector's offerable proxies when the lease was granted, for the ban-storm guard.
     pool_keys: frozenset[ProxyKey] = field(default=frozenset(), repr=False, compare=False)
     pool_size: int = field(default=0, repr=False, compare=False)
+    pace: Pace | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,11 @@ class NoMatch:
 
     Each considered proxy is counted once, under the first reason that applies, in
     the order unhealthy (not offerable), at capacity, in cooldown; while the target
-    is paused every offerable proxy not at capacity counts as in cooldown.
-    `retry_after` is how many seconds until the earliest of them may free up (a lease
-    expiry, a cooldown or the pause ending); None when none is healthy.
+    is paused every offerable proxy not at capacity counts as in cooldown, and while
+    it holds as many leases as its bounds allow (`target_full`) every offerable proxy
+    counts as at capacity. `retry_after` is how many seconds until the earliest of
+    them may free up (a lease expiry, a cooldown or the pause ending); None when none
+    is healthy.
     """
 
     considered: int
@@ -89,13 +96,15 @@ class NoMatch:
     unhealthy: int
     retry_after: float | None = None
     target_paused: bool = False
+    target_full: bool = False
 
 
 @dataclass(frozen=True)
 class ReportOutcome:
-    """A report the store accepted: the lease it was about, the resolved target, and
-    the end of the target's pause when this report started one."""
+    """A report the store accepted: the lease it was about, the resolved target, the
+    end of the target's pause when this report started one, and the pace after it."""
 
     lease: Lease
     target: str | None
     paused_until: float | None = None
+    pace: Pace | None = None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from egress_proxies.leases.banstorm import (
     DEFAULT_STORM_PAUSE,
     DEFAULT_STORM_SHARE,
     DEFAULT_STORM_WINDOW,
 )
+from egress_proxies.leases.pace import PaceLimits
 
 DEFAULT_COOLDOWN_WINDOW = 300.0
 DEFAULT_MAX_TTL = 3600
@@ -25,6 +26,7 @@ class LeaseLimits:
     takes reports), `ban_backoff_cap` the longest one; `rate_limit_window` the first
     rate limit's. A target pauses for `storm_pause` when, within `storm_window`, more
     than `storm_share` of a pool (and at least two proxies) was banned by it.
+    `pace`: how paces are learned and bounded per target.
     """
 
     max_ttl: int = DEFAULT_MAX_TTL
@@ -34,6 +36,7 @@ class LeaseLimits:
     storm_share: float = DEFAULT_STORM_SHARE
     storm_window: float = DEFAULT_STORM_WINDOW
     storm_pause: float = DEFAULT_STORM_PAUSE
+    pace: PaceLimits = field(default_factory=PaceLimits)
 
     def __post_init__(self) -> None:
         if self.cooldown_window <= 0 or self.max_ttl < 1 or self.rate_limit_window <= 0:

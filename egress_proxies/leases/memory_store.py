@@ -34,6 +34,7 @@ from egress_proxies.leases.lease import (
     new_lease_id,
 )
 from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.pace import Pace, Paces, handed_out
 from egress_proxies.leases.store import Clock, InvalidTtlError, LeaseCounts, RecordLookup
 
 
@@ -55,6 +56,9 @@ class MemoryLeaseStore:
             limits.cooldown_window, limits.ban_backoff_cap, limits.rate_limit_window
         )
         self._storms = BanStorms(limits.storm_share, limits.storm_window, limits.storm_pause)
+        self._pace_limits = limits.pace
+        self._paces = Paces(limits.pace)
+        self._target_leases: dict[str, dict[LeaseId, Lease]] = {}
         self._active: dict[LeaseId, Lease] = {}
         self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
@@ -79,6 +83,9 @@ class MemoryLeaseStore:
             now = self._clock()
             self._end_due(now)
             paused_until = None if target is None else self._storms.paused_until(target, now)
+            full = None if paused_until is not None else self._target_full(pool, target, now)
+            if full is not None:
+                return full
             winner = None if paused_until is not None else self._first_idle(pool, target, now)
             if winner is None:
                 outcome = self._least_loaded(pool, target, now, paused_until)
@@ -93,11 +100,45 @@ class MemoryLeaseStore:
                 now + ttl_seconds,
                 pool_keys=pool.keys,
                 pool_size=pool.considered,
+                pace=self._pace(winner.key, target, joining=1),
             )
             self._active[lease.lease_id] = lease
             self._holders.setdefault(winner.key, {})[lease.lease_id] = lease
+            if target is not None:
+                self._target_leases.setdefault(target, {})[lease.lease_id] = lease
             heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
             return lease
+
+    def _target_full(self, pool: CandidatePool, target: str | None, now: float) -> NoMatch | None:
+        """Why nothing is granted while the target holds all the leases its bounds allow."""
+        if target is None or not self._pace_limits.targets:
+            return None
+        most = self._pace_limits.bounds_for(target).max_leases
+        if most is None:
+            return None
+        leases = self._target_leases.get(target, {})
+        if len(leases) < most:
+            return None
+        return NoMatch(
+            considered=pool.considered,
+            at_capacity=len(pool.ranked),
+            in_cooldown=0,
+            unhealthy=pool.not_offerable,
+            retry_after=min(lease.expires_at for lease in leases.values()) - now,
+            target_full=True,
+        )
+
+    def _pace(self, key: ProxyKey, target: str | None, joining: int = 0) -> Pace:
+        """The pace of one holder of the pair now (`joining`: a holder not counted yet)."""
+        limits = self._pace_limits
+        bounds = limits.bounds_for(target)
+        held = self._holders.get(key)
+        holders = joining
+        if held:
+            holders += sum(1 for lease in held.values() if lease.target == target)
+        leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
+        learned = self._paces.learned(key, target)
+        return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds))
 
     def _first_idle(
         self, pool: CandidatePool, target: str | None, now: float
@@ -155,9 +196,16 @@ class MemoryLeaseStore:
             lease = self._active.get(lease_id)
             if lease is None:
                 return None
-            renewed = replace(lease, ttl_seconds=ttl_seconds, expires_at=now + ttl_seconds)
+            renewed = replace(
+                lease,
+                ttl_seconds=ttl_seconds,
+                expires_at=now + ttl_seconds,
+                pace=self._pace(lease.proxy.key, lease.target),
+            )
             self._active[lease_id] = renewed
             self._holders[lease.proxy.key][lease_id] = renewed
+            if lease.target is not None:
+                self._target_leases[lease.target][lease_id] = renewed
             heapq.heappush(self._expiry_queue, (renewed.expires_at, lease_id))
             self._compact_expiry_queue()
             return renewed
@@ -179,12 +227,14 @@ class MemoryLeaseStore:
         target: str | None,
         retry_after: float | None = None,
         records: RecordLookup | None = None,
+        count: int = 1,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown.
 
         A lease is known while active and for one cooldown window after it ends.
         The cooldown's target is the report's, else the lease's, else global.
-        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown.
+        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown;
+        `count` is how many requests an `ok` report counts (it raises the pace).
         """
         with self._lock:
             now = self._clock()
@@ -195,21 +245,32 @@ class MemoryLeaseStore:
             resolved = target if target is not None else lease.target
             key = lease.proxy.key
             self._cooldowns.record((key, resolved), result, now, retry_after)
+            if result is not ReportResult.BANNED:
+                self._paces.record(
+                    key,
+                    resolved,
+                    now=now,
+                    ok=count,
+                    rate_limited=result is ReportResult.RATE_LIMITED,
+                    retry_after=retry_after,
+                )
             paused_until = None
             if result is ReportResult.BANNED and resolved is not None:
                 self._storms.prune(now)
                 paused_until = self._storms.record_ban(
                     resolved, key, lease.pool_keys, lease.pool_size, now
                 )
-            return ReportOutcome(lease, resolved, paused_until)
+            return ReportOutcome(lease, resolved, paused_until, self._pace(key, resolved))
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         with self._lock:
-            for lease_id in self._holders.pop(key, {}):
-                del self._active[lease_id]
+            for lease in self._holders.pop(key, {}).values():
+                del self._active[lease.lease_id]
+                self._drop_from_target(lease)
             self._ended.forget_proxy(key)
             self._cooldowns.forget_proxy(key)
+            self._paces.forget_proxy(key)
             self._compact_expiry_queue()
 
     async def active_counts(self) -> dict[ProxyKey, int]:
@@ -255,6 +316,7 @@ class MemoryLeaseStore:
                 self._end(lease, expires_at)
         self._ended.forget_due(now)
         self._cooldowns.prune(now)
+        self._paces.prune(now)
 
     def _end(self, lease: Lease, ended_at: float) -> None:
         del self._active[lease.lease_id]
@@ -263,7 +325,16 @@ class MemoryLeaseStore:
         del holders[lease.lease_id]
         if not holders:
             del self._holders[key]
+        self._drop_from_target(lease)
         self._ended.add(lease, ended_at)
+
+    def _drop_from_target(self, lease: Lease) -> None:
+        if lease.target is None:
+            return
+        leases = self._target_leases[lease.target]
+        del leases[lease.lease_id]
+        if not leases:
+            del self._target_leases[lease.target]
 
     def _check_ttl(self, ttl_seconds: int) -> None:
         if not 1 <= ttl_seconds <= self._max_ttl:

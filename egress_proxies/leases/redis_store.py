@@ -40,6 +40,7 @@ from egress_proxies.leases.lease import (
     new_lease_id,
 )
 from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.pace import Pace, PaceState, handed_out
 from egress_proxies.leases.store import (
     Clock,
     InvalidTtlError,
@@ -133,6 +134,19 @@ class RedisLeaseStore:
             repr(limits.storm_pause),
         )
         self._pool_ttl_ms = str(int((limits.max_ttl + window + limits.storm_window) * 1000))
+        pace = limits.pace
+        self._pace_args = tuple(
+            repr(value)
+            for value in (
+                pace.start,
+                pace.floor,
+                pace.increase,
+                pace.decrease,
+                pace.settle,
+                pace.memory,
+                pace.ceiling,
+            )
+        )
         self._pools: dict[int, _PoolArgs] = {}
         self._last_counts = LeaseCounts()
 
@@ -147,6 +161,7 @@ class RedisLeaseStore:
         """Lease the best free proxy of the pool for `target`, or say why none is free."""
         self._check_ttl(ttl_seconds)
         args = self._pool_args(pool)
+        bounds = self._limits.pace.bounds_for(target)
         now = self._clock()
         lease_id = new_lease_id()
         acquire = (
@@ -158,6 +173,9 @@ class RedisLeaseStore:
             str(pool.considered),
             self._window,
             self._pool_ttl_ms,
+            "" if bounds.max_leases is None else str(bounds.max_leases),
+            repr(self._limits.pace.cap_for(bounds)),
+            *self._pace_args,
         )
         reply = await self._run("acquire", *acquire)
         if reply[0] == 2:
@@ -173,6 +191,7 @@ class RedisLeaseStore:
                 float(reply[2]),
                 pool_keys=pool.keys,
                 pool_size=pool.considered,
+                pace=self._pace(target, reply[3:7]),
             )
         free_at = float(reply[3]) if reply[3] else None
         return NoMatch(
@@ -182,6 +201,7 @@ class RedisLeaseStore:
             unhealthy=pool.not_offerable,
             retry_after=None if free_at is None else free_at - now,
             target_paused=reply[4] == 1,
+            target_full=reply[5] == 1,
         )
 
     async def renew(
@@ -193,11 +213,16 @@ class RedisLeaseStore:
         """
         self._check_ttl(ttl_seconds)
         reply = await self._run(
-            "renew", repr(self._clock()), lease_id, str(ttl_seconds), self._window
+            "renew",
+            repr(self._clock()),
+            lease_id,
+            str(ttl_seconds),
+            self._window,
+            *self._pace_args,
         )
         if reply is None:
             return None
-        key, target, expires_at, _, pool_size = reply
+        key, target, expires_at, _, pool_size = reply[:5]
         record = records(ProxyKey(key))
         if record is None:
             return None
@@ -208,6 +233,7 @@ class RedisLeaseStore:
             ttl_seconds,
             float(expires_at),
             pool_size=int(pool_size),
+            pace=self._pace(target or None, reply[5:9]),
         )
 
     async def release(self, lease_id: LeaseId) -> None:
@@ -221,8 +247,11 @@ class RedisLeaseStore:
         target: str | None,
         retry_after: float | None,
         records: RecordLookup,
+        count: int = 1,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown (or ended too long ago)."""
+        pace = self._limits.pace
+        cap = "" if target is None else repr(pace.cap_for(pace.bounds_for(target)))
         reply = await self._run(
             "report",
             repr(self._clock()),
@@ -231,10 +260,13 @@ class RedisLeaseStore:
             target or "",
             "" if retry_after is None else repr(retry_after),
             *self._report_limits,
+            str(count),
+            cap,
+            *self._pace_args,
         )
         if reply is None:
             return None
-        key, lease_target, resolved, ttl, expires_at, _, pool_size, paused = reply
+        key, lease_target, resolved, ttl, expires_at, _, pool_size, paused = reply[:8]
         record = records(ProxyKey(key))
         if record is None:
             return None
@@ -246,7 +278,12 @@ class RedisLeaseStore:
             float(expires_at),
             pool_size=int(pool_size),
         )
-        return ReportOutcome(lease, resolved or None, float(paused) if paused else None)
+        return ReportOutcome(
+            lease,
+            resolved or None,
+            float(paused) if paused else None,
+            self._pace(resolved or None, reply[8:12]),
+        )
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
@@ -286,6 +323,14 @@ class RedisLeaseStore:
         held = reply[3:]
         per_proxy = {ProxyKey(held[i]): int(held[i + 1]) for i in range(0, len(held), 2)}
         return self._last_counts, per_proxy
+
+    def _pace(self, target: str | None, reply: list[Any]) -> Pace:
+        """A holder's pace from pace_reply's {learned rate, lowered at, holders, leases}."""
+        rate, lowered_at, holders, leases = reply
+        learned = PaceState(float(rate), float(lowered_at) if lowered_at else None)
+        bounds = self._limits.pace.bounds_for(target)
+        cap = self._limits.pace.cap_for(bounds)
+        return handed_out(learned, bounds, int(holders), int(leases), cap)
 
     def _pool_args(self, pool: CandidatePool) -> _PoolArgs:
         # Pools are built once per catalog snapshot and selector; so are their arguments.

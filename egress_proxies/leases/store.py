@@ -53,7 +53,9 @@ class LeaseStore(Protocol):
 
     Selection among a pool's offerable proxies: fewest active leases, then
     latency, then key; a proxy at its `max_leases` or cooling for the target (or
-    globally) is skipped; a paused target gets nothing. Every method may raise
+    globally) is skipped; a paused target, or one holding as many leases as its
+    bounds allow, gets nothing. Every lease, renewal and report carries the pace
+    learned for its {proxy, target} pair (leases/pace.py). Every method may raise
     StoreUnavailableError; none blocks longer than the store's timeout.
     """
 
@@ -85,11 +87,14 @@ class LeaseStore(Protocol):
         target: str | None,
         retry_after: float | None,
         records: RecordLookup,
+        count: int = 1,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown (or ended too long ago).
 
         The cooldown's target is the report's, else the lease's, else global.
-        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown.
+        `retry_after` (the site's Retry-After on a rate limit) sets that cooldown and
+        holds the lowered pace; an `ok` report counts `count` requests, raising it.
+        The outcome carries the holder's pace after the report.
         """
         ...
 

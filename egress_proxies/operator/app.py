@@ -44,6 +44,7 @@ from egress_proxies.leases import (
     DEFAULT_RATE_LIMIT_WINDOW,
     LeaseLimits,
     LeaseStore,
+    PaceLimits,
     StoreUnavailableError,
     open_lease_store,
     redact_url,
@@ -134,6 +135,7 @@ class OperatorSettings:
     lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
     lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
     lease_rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW
+    lease_pace: PaceLimits = field(default_factory=PaceLimits)
     lease_store: str = "memory"  # or a redis://, rediss://, unix:// URL
     shard: Shard | None = None  # None: one operator owns every Proxy it watches
     lease_store_prefix: str = "egress-proxies"
@@ -178,6 +180,7 @@ def lease_limits(settings: OperatorSettings) -> LeaseLimits:
             cooldown_window=settings.lease_cooldown_window,
             ban_backoff_cap=settings.lease_ban_backoff_cap,
             rate_limit_window=settings.lease_rate_limit_window,
+            pace=settings.lease_pace,
         )
     except ValueError as error:
         raise ConfigurationError(

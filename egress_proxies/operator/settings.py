@@ -15,11 +15,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from egress_proxies.leases.limits import LeaseLimits
+from egress_proxies.leases.pace import (
+    DEFAULT_PACE_CEILING,
+    DEFAULT_PACE_FLOOR,
+    DEFAULT_PACE_START,
+    PaceLimits,
+    TargetBounds,
+)
 from egress_proxies.leases.urls import redact_url
 from egress_proxies.model import DEFAULT_SQUID_IMAGE
 
@@ -78,6 +93,22 @@ class LeaseLimitSettings(BaseSettings):
         env=_seconds("LEASE_BAN_BACKOFF_CAP"),
     )
 
+    lease_pace_start: float = option(
+        DEFAULT_PACE_START,
+        "requests/s a proxy starts at for a target the fleet knows nothing about",
+    )
+    lease_pace_floor: float = option(
+        DEFAULT_PACE_FLOOR, "the slowest pace rate limits can lower a proxy to, requests/s"
+    )
+    lease_pace_ceiling: float = option(
+        DEFAULT_PACE_CEILING, "the fastest pace accepted requests can raise a proxy to, requests/s"
+    )
+    lease_target_bounds: str = option(
+        "",
+        "per-target bounds, a JSON list of {pattern, maxRequestsPerSecond, "
+        "maxFleetRequestsPerSecond, maxLeases}; the first matching pattern applies",
+    )
+
     def lease_limits(self) -> LeaseLimits:
         """These limits as the stores take them; ValueError when impossible."""
         return LeaseLimits(
@@ -85,7 +116,52 @@ class LeaseLimitSettings(BaseSettings):
             cooldown_window=self.lease_cooldown,
             ban_backoff_cap=self.lease_ban_backoff_cap,
             rate_limit_window=self.lease_rate_limit_cooldown,
+            pace=self.pace_limits(),
         )
+
+    def pace_limits(self) -> PaceLimits:
+        """The pace's floor, ceiling, start and per-target bounds; ValueError when impossible."""
+        return PaceLimits(
+            start=self.lease_pace_start,
+            floor=self.lease_pace_floor,
+            ceiling=self.lease_pace_ceiling,
+            targets=target_bounds_of(self.lease_target_bounds),
+        )
+
+
+class _TargetBoundsEntry(BaseModel):
+    """One entry of --lease-target-bounds, as users write it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    pattern: str
+    max_requests_per_second: float | None = Field(None, alias="maxRequestsPerSecond")
+    max_fleet_requests_per_second: float | None = Field(None, alias="maxFleetRequestsPerSecond")
+    max_leases: int | None = Field(None, alias="maxLeases")
+
+
+_TARGET_BOUNDS = TypeAdapter(list[_TargetBoundsEntry])
+
+
+def target_bounds_of(text: str) -> tuple[TargetBounds, ...]:
+    """The bounds a --lease-target-bounds JSON list declares; ValueError naming the problem."""
+    if not text.strip():
+        return ()
+    try:
+        entries = _TARGET_BOUNDS.validate_json(text)
+    except ValidationError as error:
+        problem = error.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise ValueError(f"target bounds {where}: {problem['msg']}") from None
+    return tuple(
+        TargetBounds(
+            entry.pattern,
+            max_rate_per_proxy=entry.max_requests_per_second,
+            max_rate=entry.max_fleet_requests_per_second,
+            max_leases=entry.max_leases,
+        )
+        for entry in entries
+    )
 
 
 class RunSettings(LeaseLimitSettings):

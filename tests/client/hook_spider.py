@@ -25,6 +25,7 @@ class HookSpider(scrapy.Spider):
         "EGRESS_PROXIES_API_URL": os.environ.get("EGRESS_PROXIES_API_URL"),
         "EGRESS_PROXIES_TOKEN": os.environ.get("EGRESS_PROXIES_TOKEN"),
         "EGRESS_PROXIES_MAX_RETRIES": 3,
+        "EGRESS_PROXIES_LEASES_PER_DOMAIN": 1,  # one lease at a time: retries go elsewhere
         "HTTPERROR_ALLOW_ALL": True,
         "RETRY_ENABLED": False,
         "ROBOTSTXT_OBEY": False,

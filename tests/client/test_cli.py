@@ -62,6 +62,14 @@ def test_run_exits_with_cmd_s_status_and_releases_when_it_fails(
     assert served.reports("ok", "") == 0, "only exit 0 reports ok by default"
 
 
+def test_run_hands_cmd_the_lease_s_pace(served: Served, tmp_path: Path) -> None:
+    seen = tmp_path / "pace"
+    script = f'printf "%s %s" "$EGRESS_PROXIES_PACE_RPS" "$EGRESS_PROXIES_PACE_BURST" > {seen}'
+    done = cli(served, "run", "-t", "t.example", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text() == "1 1", "the server's default start pace"
+
+
 def test_run_reports_by_exit_status_with_a_configurable_mapping(served: Served) -> None:
     assert cli(served, "run", "-t", "t.example", "--", "true").returncode == 0
     assert served.reports("ok", "") == 1

@@ -81,7 +81,7 @@ async def test_lease_fetch_unhealthy_never_offered_and_delete_ends_leases(
         assert (proxy["namespace"], proxy["name"]) == (namespace, "leasable")
         assert proxy["credentials"]["username"] == "crawler"
         assert await crawler.fetch(proxy["urlWithCredentials"], origin.url) == ORIGIN_BODY
-        assert await crawler.report(lease["leaseId"], "ok") == 204
+        assert await crawler.report(lease["leaseId"], "ok") == 200
         assert await crawler.release(lease["leaseId"]) == 204
 
         # An unhealthy proxy is never offered.

@@ -371,7 +371,7 @@ async def test_banned_proxy_is_rotated_surge_first_never_below_min_available(env
 
     watcher = asyncio.create_task(watch())
     for target in ("a.example", "b.example", "c.example"):
-        assert await env.report(lease["leaseId"], "banned", target) == 204
+        assert await env.report(lease["leaseId"], "banned", target) == 200
     await env.release(lease["leaseId"])
 
     async def replaced() -> dict[str, str] | None:

@@ -1,5 +1,7 @@
-"""Acceptance: a real Scrapy crawl through three managed proxies of a site that
-rate-limits and then bans one of them by its source address."""
+"""Acceptance: real Scrapy crawls of one domain through managed squid pods and the real
+API. A site that allows R pages/s per source address gets the fleet's pace, spread
+over several proxies at once; one that rate-limits a crawler starting too fast
+into a ban gets it reported, and the banned proxy is never used again."""
 
 from __future__ import annotations
 
@@ -9,65 +11,129 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from egress_proxies_client import AsyncPool
+import pytest
+from egress_proxies_client import AsyncPool, ProxyInfo
 
 from egress_proxies.kube import KubeClient
-from harness.origins import serve_origin
+from harness.crawl_site import PAGES, SPIDER, Site, serve_site
+from harness.origins import Origin, serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
-from tests.e2e.crawl_site import PAGES, serve_site
 
-SPIDER = Path(__file__).with_name("crawl_spider.py")
 PROXIES = ("crawl-a", "crawl-b", "crawl-c")
+PACED_PROXIES = ("pace-a", "pace-b", "pace-c", "pace-d")
 CONCURRENCY = 8
+# The site of the issue that asked for the pace: 5 pages/s per address, a ban after
+# 20 429s within 10 s.
+SITE_RATE, SITE_BAN_AFTER, SITE_BAN_WINDOW = 5, 20, 10.0
+
+Crawl = tuple[str, list[dict[str, Any]], dict[str, Any], list[ProxyInfo]]
 
 
-async def test_scrapy_crawls_every_page_once_around_rate_limits_and_a_ban(
-    kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
-) -> None:
-    async with serve_origin() as health_origin, serve_site() as site:
-        health = {
-            "url": health_origin.url,
-            "expectedStatus": 200,
-            "intervalSeconds": 5,
-            "timeoutSeconds": 2,
-        }
-        for name in PROXIES:
-            body = managed_proxy(name, attributes={"pool": "crawl"}, healthCheck=health)
-            await kube.create(proxy_path(namespace), body)
-        for name in PROXIES:
-            await wait_for_condition(kube, namespace, name, "Healthy", "True", timeout=120)
-
-        env = os.environ | {
+async def crawl(
+    kube: KubeClient,
+    namespace: str,
+    operator: OperatorProcess,
+    tmp_path: Path,
+    names: tuple[str, ...],
+    site: Site,
+    health_origin: Origin,
+    **env: str,
+) -> Crawl:
+    """Create healthy managed proxies `names`, crawl `site` through them with Scrapy."""
+    health = {
+        "url": health_origin.url,
+        "expectedStatus": 200,
+        "intervalSeconds": 5,
+        "timeoutSeconds": 2,
+    }
+    for name in names:
+        body = managed_proxy(name, attributes={"pool": "crawl"}, healthCheck=health)
+        await kube.create(proxy_path(namespace), body)
+    for name in names:
+        await wait_for_condition(kube, namespace, name, "Healthy", "True", timeout=120)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
+        *("-a", f"start_url={site.url}"),
+        env=os.environ
+        | {
             "EGRESS_PROXIES_API_URL": operator.discovery_url,
             "EGRESS_PROXIES_TOKEN": operator.discovery_token,
             "EGRESS_PROXIES_SELECTOR": json.dumps({"pool": "crawl"}),
             "CRAWL_OUT": str(tmp_path),
         }
-        crawl = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
-            *("-a", f"start_url={site.url}"),
-            env=env,
-            cwd=tmp_path,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        output, _ = await asyncio.wait_for(crawl.communicate(), timeout=300)
-        log = output.decode()
-        (tmp_path / "scrapy.log").write_text(log)
-        assert crawl.returncode == 0, log[-4000:]
+        | env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=300)
+    log = output.decode()
+    (tmp_path / "scrapy.log").write_text(log)
+    assert process.returncode == 0, log[-4000:]
+    items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    async with AsyncPool(operator.discovery_url, operator.discovery_token) as pool:
+        proxies = await pool.proxies({"pool": "crawl"})
+    return log, items, stats, proxies
 
-        items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
-        stats = json.loads((tmp_path / "stats.json").read_text())
-        async with AsyncPool(operator.discovery_url, operator.discovery_token) as pool:
-            proxies = await pool.proxies({"pool": "crawl"})
 
+def assert_every_page_once_and_nothing_refused(items: list[dict[str, Any]]) -> None:
     bad = [item for item in items if "bad" in item]
     assert bad == [], f"refused responses reached the callback: {bad[:5]}"
     pages = Counter(item["page"] for item in items)
     assert sorted(pages) == list(range(PAGES)), f"missing {set(range(PAGES)) - set(pages)}"
     assert set(pages.values()) == {1}, "a page was scraped twice"
 
+
+async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
+    kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    async with (
+        serve_origin() as health_origin,
+        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
+    ):
+        _, items, stats, proxies = await crawl(
+            kube,
+            namespace,
+            operator,
+            tmp_path,
+            PACED_PROXIES,
+            site,
+            health_origin,
+            CRAWL_CONCURRENCY="16",
+        )
+    assert_every_page_once_and_nothing_refused(items)
+    assert len(site.answers) == len(PACED_PROXIES), sorted(site.answers)
+    together = site.most_addresses_within_a_second()
+    assert together >= 2, "one proxy at a time carried the domain"
+    share = site.share_of(429)
+    assert share < 0.10, f"{share:.1%} of the answers were 429"
+    assert stats["finish_reason"] == "finished"
+    assert [p.active_leases for p in proxies] == [0] * len(PACED_PROXIES)
+    times = sorted(at for replies in site.answers.values() for at, _ in replies)
+    rate = PAGES / (times[-1] - times[0])
+    print(
+        f"paced crawl: {PAGES} pages in {times[-1] - times[0]:.1f} s = {rate:.1f} pages/s, "
+        f"efficiency {rate / (SITE_RATE * len(PACED_PROXIES)):.2f} of R x N, "
+        f"429 share {share:.1%}, banned {site.victim}, {together} addresses within one second, "
+        f"{stats['egress_proxies/leases']} leases; "
+        f"{ {a: Counter(s for _, s in r) for a, r in site.answers.items()} }"
+    )
+
+
+# Starting above the site's rate, the first proxies collect 429s until one is banned.
+@pytest.mark.operator_env(EGRESS_PROXIES_LEASE_PACE_START="12")
+async def test_scrapy_crawls_every_page_once_around_rate_limits_and_a_ban(
+    kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    async with serve_origin() as health_origin, serve_site() as site:
+        log, items, stats, proxies = await crawl(
+            kube, namespace, operator, tmp_path, PROXIES, site, health_origin
+        )
+
+    assert_every_page_once_and_nothing_refused(items)
     # The site saw three distinct source addresses (one per proxy pod) and banned one.
     assert site.victim is not None, "no proxy was rate-limited into a ban"
     assert len(site.answers) == 3, sorted(site.answers)

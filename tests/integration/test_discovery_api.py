@@ -138,13 +138,14 @@ async def test_no_match_is_a_409_with_counts(api: Api) -> None:
         "inCooldown": 0,
         "unhealthy": 1,
         "targetPaused": False,
+        "targetFull": False,
         "retryAfterSeconds": 60,
     }
 
 
 async def test_release_and_report(api: Api) -> None:
     lease = await api.lease()
-    assert await api.report(lease["leaseId"], "ok", "example.com") == 204
+    assert await api.report(lease["leaseId"], "ok", "example.com") == 200
     assert await api.release(lease["leaseId"]) == 204
     assert await api.release(lease["leaseId"]) == 204
     assert await api.release("A" * 22) == 204

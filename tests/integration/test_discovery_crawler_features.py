@@ -50,7 +50,7 @@ async def test_retry_after_is_the_earliest_lease_expiry_among_busy_proxies() -> 
 async def test_retry_after_counts_a_cooldown_end() -> None:
     async with serve_api(record("a")) as api:
         lease = await api.lease(target="t.example")
-        assert await report(api, lease["leaseId"], result="banned", reason="http_403") == 204
+        assert await report(api, lease["leaseId"], result="banned", reason="http_403") == 200
         await api.release(lease["leaseId"])
         status, headers, body = await lease_response(api, target="t.example")
         assert (status, headers["Retry-After"], body["inCooldown"]) == (409, "300", 1)
@@ -93,7 +93,7 @@ async def test_renew_of_a_released_lease_is_404() -> None:
 async def cooled_for(api: Api, **report_body: Any) -> float:
     """Lease, report, release; then how long until the target leases again (whole seconds)."""
     lease = await api.lease(target="t.example", ttlSeconds=1)
-    assert await report(api, lease["leaseId"], **report_body) == 204
+    assert await report(api, lease["leaseId"], **report_body) == 200
     await api.release(lease["leaseId"])
     status, headers, _ = await lease_response(api, target="t.example", ttlSeconds=1)
     assert status == 409
@@ -119,7 +119,7 @@ async def test_an_ok_report_resets_the_rate_limit_growth() -> None:
     async with serve_api(record("a"), rate_limit_window=RATE_WINDOW) as api:
         assert await cooled_for(api, result="rate_limited") == 30
         lease = await api.lease(target="t.example")
-        assert await report(api, lease["leaseId"], result="ok") == 204
+        assert await report(api, lease["leaseId"], result="ok") == 200
         await api.release(lease["leaseId"])
         assert await cooled_for(api, result="rate_limited") == 30
 
@@ -129,8 +129,8 @@ async def test_reasons_are_counted_by_result_and_logged(caplog: pytest.LogCaptur
     async with serve_api(record("a", max_leases=5)) as api:
         lease = await api.lease(target="t.example")
         for reason in ("captcha", "captcha", "http_403"):
-            assert await report(api, lease["leaseId"], result="banned", reason=reason) == 204
-        assert await report(api, lease["leaseId"], result="ok") == 204
+            assert await report(api, lease["leaseId"], result="banned", reason=reason) == 200
+        assert await report(api, lease["leaseId"], result="ok") == 200
         assert await report(api, lease["leaseId"], result="ok", reason="Bad Reason!") == 400
         samples = {
             (labels["result"], labels["reason"]): value
@@ -154,7 +154,7 @@ async def test_a_ban_storm_pauses_the_target_and_other_targets_keep_leasing(
         selector = {"pool": "x"}
         for reason, advance in (("http_403", 5), ("captcha", 5), ("http_403", 0)):
             lease = await api.lease(selector=selector, target="shop.example")
-            assert await report(api, lease["leaseId"], result="banned", reason=reason) == 204
+            assert await report(api, lease["leaseId"], result="banned", reason=reason) == 200
             await api.release(lease["leaseId"])
             api.clock.advance(advance)
         status, headers, body = await lease_response(api, selector=selector, target="shop.example")
@@ -178,7 +178,7 @@ async def test_bans_from_a_minority_of_the_pool_do_not_pause() -> None:
     async with serve_api(*fleet, storm_share=0.5, storm_window=60, storm_pause=120) as api:
         for _ in range(2):
             lease = await api.lease(target="shop.example")
-            assert await report(api, lease["leaseId"], result="banned") == 204
+            assert await report(api, lease["leaseId"], result="banned") == 200
             api.clock.advance(61)
         status, _, body = await lease_response(api, target="shop.example")
         assert (status, body.get("targetPaused")) == (201, None)

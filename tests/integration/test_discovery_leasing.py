@@ -40,7 +40,7 @@ async def test_release_is_idempotent_and_frees_the_proxy() -> None:
 async def test_cooldowns_are_per_target() -> None:
     async with leasing_api("only", max_leases=5) as api:
         lease = await api.lease(target="a.example")
-        assert await api.report(lease["leaseId"], "rate_limited") == 204
+        assert await api.report(lease["leaseId"], "rate_limited") == 200
         cooling = await api.lease(status=409, target="a.example")
         assert (cooling["considered"], cooling["inCooldown"]) == (1, 1)
         await api.lease(target="b.example")
@@ -59,7 +59,7 @@ async def test_repeated_bans_back_off_exponentially_up_to_a_cap() -> None:
     async with leasing_api("only") as api:
         for cooldown in (60, 120, 240, 480, 480):
             lease = await api.lease(target="t.example", ttlSeconds=1)
-            assert await api.report(lease["leaseId"], "banned") == 204
+            assert await api.report(lease["leaseId"], "banned") == 200
             assert await api.release(lease["leaseId"]) == 204
             api.clock.advance(cooldown - 0.001)
             assert await lease_status(api) == 409
@@ -72,7 +72,7 @@ async def test_a_late_report_still_puts_the_proxy_on_cooldown() -> None:
     async with leasing_api("only") as api:
         lease = await api.lease(target="t.example", ttlSeconds=30)
         api.clock.advance(30 + WINDOW - 1)
-        assert await api.report(lease["leaseId"], "banned") == 204
+        assert await api.report(lease["leaseId"], "banned") == 200
         await api.lease(status=409, target="t.example")
         api.clock.advance(1)
         assert await api.report(lease["leaseId"], "banned") == 404

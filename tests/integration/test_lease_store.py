@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
-from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.leases import (
     CandidatePool,
     InvalidTtlError,
@@ -22,20 +20,23 @@ from egress_proxies.leases import (
     LeaseId,
     LeaseLimits,
     LeaseStore,
-    MemoryLeaseStore,
     NoMatch,
-    RedisLeaseStore,
     ReportOutcome,
     ReportResult,
 )
-from harness.redis import RedisServer
 from tests.integration.discovery_helpers import VirtualClock, record
+from tests.integration.lease_stores import (
+    RECORDS,
+    STORE_KINDS,
+    MakeStore,
+    granted,
+    pool,
+    refused,
+    store_maker,
+)
 
 WINDOW = 60.0
 CAP = 600.0
-MakeStore = Callable[..., LeaseStore]
-# Every record a test put in a pool, by key: the catalog the Redis store resolves leases in.
-_RECORDS: dict[ProxyKey, ProxyRecord] = {}
 
 
 @pytest.fixture
@@ -43,30 +44,12 @@ def clock() -> VirtualClock:
     return VirtualClock()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=STORE_KINDS)
 async def make_store(
     request: pytest.FixtureRequest, clock: VirtualClock
 ) -> AsyncIterator[MakeStore]:
-    """Builds stores of the parametrised kind on the test's virtual clock."""
-    made: list[LeaseStore] = []
-
-    def make(**limits: Any) -> LeaseStore:
-        settings = LeaseLimits(**limits)
-        store: LeaseStore
-        if request.param == "memory":
-            store = MemoryLeaseStore(settings, clock=clock)
-        else:
-            server: RedisServer = request.getfixturevalue("redis_server")
-            prefix: str = request.getfixturevalue("redis_prefix")
-            store = RedisLeaseStore(
-                server.url, prefix=prefix, timeout=2.0, limits=settings, clock=clock
-            )
-        made.append(store)
-        return store
-
-    yield make
-    for store in made:
-        await store.close()
+    async with store_maker(request, clock) as make:
+        yield make
 
 
 @pytest.fixture
@@ -74,25 +57,10 @@ def store(make_store: MakeStore) -> LeaseStore:
     return make_store(cooldown_window=WINDOW, max_ttl=3600, ban_backoff_cap=CAP)
 
 
-def pool(*records: ProxyRecord) -> CandidatePool:
-    _RECORDS.update((r.key, r) for r in records)
-    return CandidatePool.of(records)
-
-
-def granted(outcome: Lease | NoMatch) -> Lease:
-    assert isinstance(outcome, Lease), outcome
-    return outcome
-
-
-def refused(outcome: Lease | NoMatch) -> NoMatch:
-    assert isinstance(outcome, NoMatch), outcome
-    return outcome
-
-
 async def report(
     store: LeaseStore, lease_id: LeaseId, result: ReportResult, target: str | None = None
 ) -> ReportOutcome | None:
-    return await store.report(lease_id, result, target, None, _RECORDS.get)
+    return await store.report(lease_id, result, target, None, RECORDS.get)
 
 
 async def test_fewest_leases_first_then_latency_then_key(store: LeaseStore) -> None:

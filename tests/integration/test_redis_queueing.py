@@ -14,7 +14,7 @@ from egress_proxies.leases import RedisLeaseStore, StoreUnavailableError
 from egress_proxies.leases.redis_store import MAX_CONNECTIONS
 from harness.redis import RedisServer
 from tests.integration.discovery_helpers import record
-from tests.integration.test_lease_store import granted, pool
+from tests.integration.lease_stores import granted, pool
 
 CALLERS = 8 * MAX_CONNECTIONS
 SECONDS = 4.0

@@ -62,6 +62,8 @@ def tier_limits_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> LeaseLimits:
 def no_limit_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("MAX_TTL", "COOLDOWN", "RATE_LIMIT_COOLDOWN", "BAN_BACKOFF_CAP"):
         monkeypatch.delenv(f"EGRESS_PROXIES_LEASE_{name}_SECONDS", raising=False)
+    for name in ("PACE_START", "PACE_FLOOR", "PACE_CEILING", "TARGET_BOUNDS"):
+        monkeypatch.delenv(f"EGRESS_PROXIES_LEASE_{name}", raising=False)
 
 
 async def cools_for(store: LeaseStore, clock: VirtualClock, result: ReportResult) -> float:
@@ -175,3 +177,52 @@ def test_impossible_tier_limits_exit_2_naming_the_flag(
         tier_limits_of(monkeypatch, *flags)
     assert exited.value.code == 2
     assert named in capsys.readouterr().err
+
+
+BOUNDS = (
+    '[{"pattern": "*.shop.example", "maxRequestsPerSecond": 5, '
+    '"maxFleetRequestsPerSecond": 20, "maxLeases": 8}, {"pattern": "*", "maxLeases": 50}]'
+)
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+def test_pace_options_reach_both_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = ["--lease-pace-start=2", "--lease-pace-ceiling=30", f"--lease-target-bounds={BOUNDS}"]
+    operator = lease_limits(settings_of(monkeypatch, *flags))
+    assert tier_limits_of(monkeypatch, *flags) == operator
+    assert (operator.pace.start, operator.pace.ceiling, operator.pace.floor) == (2.0, 30.0, 0.1)
+    shop = operator.pace.bounds_for("www.shop.example")
+    assert (shop.max_rate_per_proxy, shop.max_rate, shop.max_leases) == (5.0, 20.0, 8)
+    assert operator.pace.bounds_for("other.example").max_leases == 50
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+def test_target_bounds_come_from_their_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EGRESS_PROXIES_LEASE_TARGET_BOUNDS", BOUNDS)
+    assert tier_limits_of(monkeypatch).pace.bounds_for("a.shop.example").max_leases == 8
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+@pytest.mark.parametrize(
+    ("bounds", "named"),
+    [
+        ("[{", "target bounds"),
+        ('[{"pattern": "x", "maxLeases": "8"}]', "0.maxLeases"),
+        ('[{"pattern": "x", "maxRate": 1}]', "0.maxRate"),
+        ('[{"pattern": "x", "maxLeases": 0}]', "max_leases of 'x' must be positive"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "discovery"])
+def test_bad_target_bounds_exit_2_naming_the_problem(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bounds: str,
+    named: str,
+    command: str,
+) -> None:
+    read = settings_of if command == "run" else tier_limits_of
+    with pytest.raises(SystemExit) as exited:
+        read(monkeypatch, f"--lease-target-bounds={bounds}")
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert named in error and "Traceback" not in error

@@ -2,7 +2,8 @@
 
 from egress_proxies_client import Pool
 with Pool(api_url, token).lease(selector={"region": "eu"}, target="example.com") as lease:
-    ...  # use lease.proxy_url; raise ProxyBannedError("captcha") and the lease reports it
+    lease.wait_turn()  # at the lease's pace; then use lease.proxy_url
+    lease.observe(response.status_code, response.headers)  # ok counted, refusals reported
 """
 
 from egress_proxies_client.backoff import Backoff
@@ -19,6 +20,7 @@ from egress_proxies_client.errors import (
     ProxyRefusedError,
     TargetPausedError,
 )
+from egress_proxies_client.pacing import Pace, TokenBucket
 from egress_proxies_client.policy import BanPolicy, Classification, Verdict, parse_retry_after
 from egress_proxies_client.pool import AsyncLease, AsyncPool, Lease, Pool
 from egress_proxies_client.wire import Grant, ProxyInfo
@@ -38,12 +40,14 @@ __all__ = [
     "LeaseEndedError",
     "NoMatchCounts",
     "NoProxyAvailableError",
+    "Pace",
     "Pool",
     "ProxyBannedError",
     "ProxyInfo",
     "ProxyRateLimitedError",
     "ProxyRefusedError",
     "TargetPausedError",
+    "TokenBucket",
     "Verdict",
     "parse_retry_after",
 ]

@@ -27,6 +27,9 @@ from egress_proxies_client.wire import Grant, ProxyInfo
 EXIT_NO_PROXY = 3
 EXIT_API = 4
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+# The lease's pace when CMD starts: requests/s and burst, for CMD to keep to.
+PACE_RATE_VARIABLE = "EGRESS_PROXIES_PACE_RPS"
+PACE_BURST_VARIABLE = "EGRESS_PROXIES_PACE_BURST"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -128,6 +131,9 @@ def _run(pool: Pool, args: argparse.Namespace) -> int:
 
 def _run_child(lease: Lease, command: list[str], ttl: int) -> int:
     env = os.environ | dict.fromkeys(PROXY_VARIABLES, lease.proxy_url)
+    if lease.pace is not None:
+        env[PACE_RATE_VARIABLE] = f"{lease.pace.requests_per_second:g}"
+        env[PACE_BURST_VARIABLE] = str(lease.pace.burst)
     child = subprocess.Popen(command, env=env)
 
     def forward(signum: int, _: FrameType | None) -> None:
@@ -250,7 +256,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="lease, run CMD with HTTP(S)_PROXY set, report by exit status, always release",
+        help="lease, run CMD with HTTP(S)_PROXY and the pace (EGRESS_PROXIES_PACE_RPS, "
+        "EGRESS_PROXIES_PACE_BURST) set, report by exit status, always release",
         usage="%(prog)s [--selector K=V] [--target HOST] [--report CODE=RESULT[:REASON]] -- CMD",
     )
     with_selection(run, leasing=True)

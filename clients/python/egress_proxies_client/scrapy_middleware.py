@@ -7,12 +7,21 @@
     EGRESS_PROXIES_TOKEN = "..."            # or EGRESS_PROXIES_TOKEN_FILE
     EGRESS_PROXIES_SELECTOR = {"region": "eu"}
 
-One lease per target domain, shared by that domain's requests and renewed while in
-use. A response or exception the ban policy (or the spider's `response_is_ban` /
-`exception_is_ban`) calls a ban or a rate limit is reported with its reason, the
-lease is dropped, and the request goes back to the scheduler to be sent through
-another proxy, up to EGRESS_PROXIES_MAX_RETRIES times: the refused response never
-reaches the callback. Every lease is released when the spider closes. Needs the
+A domain's requests are spread over up to EGRESS_PROXIES_LEASES_PER_DOMAIN leases
+(growing while every lease is busy at its pace and the site accepts the load,
+given back after EGRESS_PROXIES_IDLE seconds unused), each renewed while in use.
+Each request awaits its lease's turn at the pace the server hands out, without
+blocking the reactor; accepted responses are counted and reported in batches. A
+rate-limited response is reported at once (the lease slows down and waits out
+the site's Retry-After) and the request goes back to the scheduler; a ban (the
+ban policy, or the spider's `response_is_ban` / `exception_is_ban`) is
+reported, its lease dropped, and the request retried through another proxy, up
+to EGRESS_PROXIES_MAX_RETRIES times: a refused response never reaches the
+callback. A request that gets no proxy within EGRESS_PROXIES_WAIT is re-queued,
+up to EGRESS_PROXIES_MAX_REQUEUES times; then the spider closes with the reason
+`egress_proxies_unavailable` and a warning counting the requests not sent.
+`request.meta["egress_proxies_session"] = key` keeps a request on its own sticky
+lease (paced too). Every lease is released when the spider closes. Needs the
 asyncio reactor (Scrapy's default since 2.13).
 """
 
@@ -22,6 +31,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,9 +44,14 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from egress_proxies_client.errors import EgressProxiesError, LeaseEndedError
+from egress_proxies_client.errors import (
+    EgressProxiesError,
+    LeaseEndedError,
+    NoProxyAvailableError,
+)
 from egress_proxies_client.policy import BanPolicy, Classification, Verdict
 from egress_proxies_client.pool import AsyncLease, AsyncPool
+from egress_proxies_client.spread import DomainSpread
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +59,12 @@ LEASE_META = "egress_proxies_lease"  # the lease id a request was sent under
 PROXY_META = "egress_proxies_proxy"  # namespace/name of the proxy, for spiders and logs
 RETRIES_META = "egress_proxies_retries"
 SKIP_META = "egress_proxies_skip"  # True: leave this request alone
+SESSION_META = "egress_proxies_session"  # a key: the requests sharing it keep one lease
+REQUEUES_META = "egress_proxies_requeues"
 STATS_PREFIX = "egress_proxies"
+UNAVAILABLE_REASON = "egress_proxies_unavailable"
+# After a refusal, or a 409 without Retry-After, a domain leases no more for this long.
+GROW_PAUSE = 5.0
 
 
 class _Stats(Protocol):
@@ -61,6 +81,9 @@ class Settings:
     ttl: int
     wait: float
     max_retries: int
+    leases_per_domain: int
+    idle: float
+    max_requeues: int
 
     @classmethod
     def of(cls, crawler: Crawler) -> Settings:
@@ -89,19 +112,28 @@ class Settings:
             ttl=settings.getint("EGRESS_PROXIES_TTL", 300),
             wait=settings.getfloat("EGRESS_PROXIES_WAIT", 60.0),
             max_retries=settings.getint("EGRESS_PROXIES_MAX_RETRIES", 5),
+            leases_per_domain=max(1, settings.getint("EGRESS_PROXIES_LEASES_PER_DOMAIN", 4)),
+            idle=settings.getfloat("EGRESS_PROXIES_IDLE", 30.0),
+            max_requeues=settings.getint("EGRESS_PROXIES_MAX_REQUEUES", 3),
         )
 
 
 class EgressProxiesMiddleware:
-    """Leases per domain, ban detection, retries through another proxy, release on close."""
+    """Leases spread per domain and paced, ban detection, retries through another proxy,
+    re-queueing when no proxy is free, release on close."""
 
     def __init__(self, crawler: Crawler, settings: Settings, policy: BanPolicy) -> None:
         self._crawler = crawler
         self._settings = settings
         self._pool = AsyncPool(settings.api_url, settings.token, policy=policy)
         self._policy = policy
-        self._leases: dict[str, AsyncLease] = {}
+        self._spreads: dict[str, DomainSpread[AsyncLease]] = {}
+        self._sessions: dict[tuple[str, str], AsyncLease] = {}
+        self._by_id: dict[str, AsyncLease] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._clock = time.monotonic
+        self._unsent = 0
+        self._closing: asyncio.Task[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> EgressProxiesMiddleware:
@@ -112,14 +144,26 @@ class EgressProxiesMiddleware:
         return middleware
 
     def __repr__(self) -> str:
-        return f"<EgressProxiesMiddleware {self._settings.api_url} [leases: {len(self._leases)}]>"
+        return (
+            f"<EgressProxiesMiddleware {self._settings.api_url} [leases: {len(self._by_id)} | "
+            f"domains: {len(self._spreads)} | sessions: {len(self._sessions)}]>"
+        )
 
-    async def process_request(self, request: Request) -> None:
-        """Send the request through its domain's lease (leasing one first if needed)."""
+    async def process_request(self, request: Request) -> Request | None:
+        """Send the request through one of its domain's leases, at that lease's pace.
+
+        Without a proxy within EGRESS_PROXIES_WAIT the request is re-queued (returned
+        to the scheduler), then, past EGRESS_PROXIES_MAX_REQUEUES, the spider closes.
+        """
         if request.meta.get(SKIP_META):
-            return
+            return None
         domain = _domain(request)
-        lease = await self._lease_for(domain)
+        session = request.meta.get(SESSION_META)
+        try:
+            lease = await self._lease_for(domain, None if session is None else str(session))
+        except EgressProxiesError as error:
+            return self._unavailable(request, domain, error)
+        await lease.wait_turn()
         proxy_url = lease.proxy_url_without_credentials
         request.meta["proxy"] = proxy_url
         request.meta["_auth_proxy"] = proxy_url  # HttpProxyMiddleware keeps our header
@@ -130,6 +174,7 @@ class EgressProxiesMiddleware:
             request.headers[b"Proxy-Authorization"] = authorization
         elif b"Proxy-Authorization" in request.headers:
             del request.headers[b"Proxy-Authorization"]
+        return None
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         """A banned or rate-limited response goes back as a retry, never to the callback."""
@@ -137,6 +182,9 @@ class EgressProxiesMiddleware:
             return response
         classification = self._judge_response(request, response)
         if classification is None:
+            lease = self._by_id.get(str(request.meta[LEASE_META]))
+            if lease is not None:
+                lease.accepted()
             return response
         return await self._refused(request, classification)
 
@@ -149,35 +197,135 @@ class EgressProxiesMiddleware:
             return None
         return await self._refused(request, classification)
 
-    async def spider_closed(self, spider: Spider) -> None:
-        """Release every lease, then close the connections to the API."""
-        leases, self._leases = list(self._leases.values()), {}
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
+        """Release every lease (reporting pending counts), close the API connections, and
+        say loudly when requests were not sent."""
+        leases = list(self._by_id.values())
+        self._by_id.clear()
+        self._spreads.clear()
+        self._sessions.clear()
         for lease in leases:
-            try:
-                await lease.release()
-            except EgressProxiesError as error:
-                logger.warning("could not release %r: %s", lease, error)
+            await self._release(lease)
         await self._pool.aclose()
         logger.info("released %d egress-proxies leases", len(leases))
+        if self._unsent:
+            logger.warning(
+                "egress-proxies: %d requests were not sent: no proxy became free within "
+                "EGRESS_PROXIES_WAIT after %d re-queues each (spider closed: %s); "
+                "the crawl is incomplete",
+                self._unsent,
+                self._settings.max_requeues,
+                reason,
+            )
+        gave_up = (
+            self._crawler.stats.get_value(f"{STATS_PREFIX}/gave_up")
+            if self._crawler.stats
+            else None
+        )
+        if gave_up:
+            logger.warning(
+                "egress-proxies: %d requests were refused through %d proxies each and dropped",
+                gave_up,
+                self._settings.max_retries + 1,
+            )
 
-    async def _lease_for(self, domain: str) -> AsyncLease:
+    async def _lease_for(self, domain: str, session: str | None) -> AsyncLease:
+        """The lease a request for `domain` goes through (a session's own, if it names one)."""
+        if session is not None:
+            return await self._session_lease(domain, session)
         async with self._lock(domain):
-            lease = self._leases.get(domain)
-            if lease is not None and not lease.ended:
-                if await self._renewed(lease):
-                    return lease
-                self._leases.pop(domain, None)
-            try:
-                lease = await self._pool.acquire(
-                    self._settings.selector, domain, self._settings.ttl, self._settings.wait
+            now = self._clock()
+            await self._give_back_idle(now)
+            spread = self._spreads.get(domain)
+            if spread is None:
+                spread = self._spreads[domain] = DomainSpread(
+                    most=self._settings.leases_per_domain, idle=self._settings.idle
                 )
-            except EgressProxiesError as error:
-                self._stats.inc_value(f"{STATS_PREFIX}/no_proxy")
-                raise IgnoreRequest(f"no egress proxy for {domain}: {error}") from error
+            while True:
+                best = spread.best()
+                if spread.should_grow(best, now):
+                    grown = await self._grow(spread, domain, now, must=best is None)
+                    if grown is not None and (
+                        best is None or grown.next_turn() <= best.next_turn()
+                    ):
+                        best = grown
+                assert best is not None, "_grow raises when the domain has no lease"
+                if await self._renewed(best):
+                    spread.used(best, now)
+                    return best
+                spread.remove(best.lease_id)
+                self._by_id.pop(best.lease_id, None)
+
+    async def _grow(
+        self, spread: DomainSpread[AsyncLease], domain: str, now: float, *, must: bool
+    ) -> AsyncLease | None:
+        """One more lease for the domain; waits EGRESS_PROXIES_WAIT only when it has none."""
+        try:
+            lease = await self._pool.acquire(
+                self._settings.selector,
+                domain,
+                self._settings.ttl,
+                self._settings.wait if must else 0.0,
+            )
+        except NoProxyAvailableError as error:
+            if must:
+                raise
+            spread.hold_back(now + (error.counts.retry_after or GROW_PAUSE))
+            return None
+        self._stats.inc_value(f"{STATS_PREFIX}/leases")
+        spread.add(lease, now)
+        self._by_id[lease.lease_id] = lease
+        logger.info("leased %r (%d for %s)", lease, len(spread.leases), domain)
+        return lease
+
+    async def _session_lease(self, domain: str, session: str) -> AsyncLease:
+        async with self._lock(f"{domain}\n{session}"):
+            lease = self._sessions.get((domain, session))
+            if lease is not None and not lease.ended and await self._renewed(lease):
+                return lease
+            lease = await self._pool.acquire(
+                self._settings.selector, domain, self._settings.ttl, self._settings.wait
+            )
             self._stats.inc_value(f"{STATS_PREFIX}/leases")
-            self._leases[domain] = lease
-            logger.info("leased %r", lease)
+            self._sessions[(domain, session)] = lease
+            self._by_id[lease.lease_id] = lease
+            logger.info("leased %r for session %s", lease, session)
             return lease
+
+    async def _give_back_idle(self, now: float) -> None:
+        for spread in self._spreads.values():
+            for lease in spread.idle_leases(now):
+                self._by_id.pop(lease.lease_id, None)
+                await self._release(lease)
+
+    def _unavailable(self, request: Request, domain: str, error: EgressProxiesError) -> Request:
+        """Re-queue a request that got no proxy; past the re-queue limit, close the spider."""
+        self._stats.inc_value(f"{STATS_PREFIX}/no_proxy")
+        requeues = int(request.meta.get(REQUEUES_META, 0)) + 1
+        if requeues <= self._settings.max_requeues:
+            self._stats.inc_value(f"{STATS_PREFIX}/requeued")
+            logger.info("no egress proxy for %s (%s): re-queued %s", domain, error, request.url)
+            retry = request.replace(dont_filter=True)
+            retry.meta[REQUEUES_META] = requeues
+            return retry
+        self._unsent += 1
+        self._stats.inc_value(f"{STATS_PREFIX}/unsent")
+        if self._closing is None:
+            logger.warning(
+                "no egress proxy for %s after %d re-queues (%s): closing the spider",
+                domain,
+                self._settings.max_requeues,
+                error,
+            )
+            # Whatever is still queued will never be sent either: count it now.
+            engine: Any = self._crawler.engine
+            queued = len(engine.scheduler or ()) if hasattr(engine, "scheduler") else 0
+            self._unsent += queued
+            self._stats.inc_value(f"{STATS_PREFIX}/unsent", queued)
+            self._closing = asyncio.get_running_loop().create_task(
+                engine.close_spider_async(reason=UNAVAILABLE_REASON)
+            )
+        raise IgnoreRequest(f"no egress proxy for {domain}: {error}")
 
     async def _renewed(self, lease: AsyncLease) -> bool:
         """Renew a lease past half its TTL; False when it already ended."""
@@ -213,16 +361,26 @@ class EgressProxiesMiddleware:
     async def _refused(self, request: Request, refusal: Classification) -> Request:
         domain = _domain(request)
         self._stats.inc_value(f"{STATS_PREFIX}/bans/{refusal.reason}")
-        async with self._lock(domain):
-            lease = self._leases.get(domain)
+        lease = self._by_id.get(str(request.meta.get(LEASE_META)))
+        if lease is not None and refusal.verdict is Verdict.RATE_LIMITED:
+            # Slower, not elsewhere: the lease waits out Retry-After at its lowered pace.
+            spread = self._spreads.get(domain)
+            if spread is not None:
+                spread.hold_back(self._clock() + max(refusal.retry_after or 0.0, GROW_PAUSE))
+            try:
+                await lease.rate_limited(refusal.reason, refusal.retry_after)
+            except EgressProxiesError as error:
+                logger.warning(
+                    "could not report %s on %s: %s", refusal.reason, lease.proxy_key, error
+                )
+        elif lease is not None:
             # Concurrent requests on the same lease see the same refusal: report it once.
-            if lease is not None and lease.lease_id == request.meta.get(LEASE_META):
-                del self._leases[domain]
-                await self._report_and_release(lease, refusal)
+            self._drop(lease)
+            await self._report_and_release(lease, refusal)
         retries = int(request.meta.get(RETRIES_META, 0)) + 1
         if retries > self._settings.max_retries:
             self._stats.inc_value(f"{STATS_PREFIX}/gave_up")
-            raise IgnoreRequest(f"{request.url}: refused through {retries} proxies")
+            raise IgnoreRequest(f"{request.url}: refused {retries} times")
         self._stats.inc_value(f"{STATS_PREFIX}/retries")
         retry = request.replace(dont_filter=True)
         retry.meta[RETRIES_META] = retries
@@ -232,15 +390,26 @@ class EgressProxiesMiddleware:
             del retry.headers[b"Proxy-Authorization"]
         return retry
 
+    def _drop(self, lease: AsyncLease) -> None:
+        """Take a refused lease out of every spread and session (once)."""
+        self._by_id.pop(lease.lease_id, None)
+        for spread in self._spreads.values():
+            spread.remove(lease.lease_id)
+        for key in [key for key, held in self._sessions.items() if held is lease]:
+            del self._sessions[key]
+
+    async def _release(self, lease: AsyncLease) -> None:
+        try:
+            await lease.release()
+        except EgressProxiesError as error:
+            logger.warning("could not release %r: %s", lease, error)
+
     async def _report_and_release(self, lease: AsyncLease, refusal: Classification) -> None:
         try:
             await lease.report(refusal.verdict, refusal.reason, retry_after=refusal.retry_after)
         except EgressProxiesError as error:
             logger.warning("could not report %s on %s: %s", refusal.reason, lease.proxy_key, error)
-        try:
-            await lease.release()
-        except EgressProxiesError as error:
-            logger.warning("could not release %r: %s", lease, error)
+        await self._release(lease)
 
     def _lock(self, domain: str) -> asyncio.Lock:
         lock = self._locks.get(domain)

@@ -19,6 +19,7 @@ from egress_proxies_client.errors import (
     LeaseEndedError,
     NoMatchCounts,
 )
+from egress_proxies_client.pacing import Pace
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Grant:
     proxy_url_with_credentials: str = field(repr=False)
     username: str | None = field(repr=False, default=None)
     password: str | None = field(repr=False, default=None)
+    pace: Pace | None = None  # None from a server that hands out no pace
 
 
 def lease_body(selector: Mapping[str, str], target: str | None, ttl: int) -> dict[str, Any]:
@@ -64,10 +66,16 @@ def lease_body(selector: Mapping[str, str], target: str | None, ttl: int) -> dic
 
 
 def report_body(
-    result: str, reason: str | None, target: str | None, retry_after: float | None
+    result: str,
+    reason: str | None,
+    target: str | None,
+    retry_after: float | None,
+    count: int = 1,
 ) -> dict[str, Any]:
-    """POST /v1/leases/{id}/report."""
+    """POST /v1/leases/{id}/report (`count`: accepted requests an ok report counts)."""
     body: dict[str, Any] = {"result": result}
+    if count != 1 and result == "ok":
+        body["count"] = count
     if reason is not None:
         body["reason"] = reason
     if target is not None:
@@ -91,6 +99,20 @@ def grant_of(payload: Mapping[str, Any]) -> Grant:
         proxy_url_with_credentials=proxy["urlWithCredentials"],
         username=credentials.get("username"),
         password=credentials.get("password"),
+        pace=pace_of(payload),
+    )
+
+
+def pace_of(payload: Mapping[str, Any] | None) -> Pace | None:
+    """The `pace` of a grant, renewal or report answer; None when the server sent none."""
+    pace = (payload or {}).get("pace")
+    if not isinstance(pace, Mapping):
+        return None
+    lowered = pace.get("lastLoweredAt")
+    return Pace(
+        requests_per_second=float(pace["requestsPerSecond"]),
+        burst=int(pace["burst"]),
+        last_lowered_at=None if lowered is None else datetime.fromisoformat(lowered),
     )
 
 

@@ -1,9 +1,12 @@
 -- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest ("" for an empty
--- pool), pool size, cooldown window, pool ttl (ms).
--- Returns {1, winner index, expires at}, {0, at capacity, in cooldown, free at|"", paused},
+-- pool), pool size, cooldown window, pool ttl (ms), the target's most leases ("" no
+-- bound), the target's pace cap, then the pace parameters (seven, see pace_params).
+-- Returns {1, winner index, expires at, then pace_reply's four},
+-- {0, at capacity, in cooldown, free at|"", paused, target full},
 -- or {2} when the pool is not in Redis yet (upload it with pool.lua, then ask again).
 local now, ttl, target, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local digest, pool_size, window, pool_ttl = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local most_leases, cap, P = tonumber(ARGV[9]), ARGV[10], pace_params(11)
 end_due(now, window)
 -- The pool's ranked key, capacity list lives in Redis (uploaded once by pool.lua):
 -- an acquire sends no candidate list, and reads only as far as the first idle proxy.
@@ -27,6 +30,15 @@ local function load_more()
   return true
 end
 local paused = paused_until(target, now)
+if not paused and most_leases and target ~= '' then
+  local leases = B .. 'tlease:' .. target
+  if redis.call('ZCARD', leases) >= most_leases then
+    local soonest = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+    local offerable = 0
+    if digest ~= '' then offerable = redis.call('LLEN', list) / 2 end
+    return {0, offerable, 0, soonest[2], 0, 1}
+  end
+end
 local winner, winner_count = nil, 0
 local at_capacity, in_cooldown = 0, 0
 local i = 0
@@ -57,16 +69,19 @@ if winner == nil then
   if paused then
     if earliest == nil or earliest < paused then earliest = paused end
   end
-  return {0, at_capacity, in_cooldown, earliest and fmt(earliest) or '', paused and 1 or 0}
+  return {0, at_capacity, in_cooldown, earliest and fmt(earliest) or '', paused and 1 or 0, 0}
 end
 local key = keys[winner]
 local expires_at = now + ttl
 local seq = redis.call('INCR', B .. 'seq')
 redis.call('HSET', B .. 'lease:' .. id, 'k', key, 't', target, 'l', ARGV[2], 'e', fmt(expires_at),
-  'p', digest, 's', pool_size, 'n', seq, 'a', '1')
+  'p', digest, 's', pool_size, 'n', seq, 'a', '1', 'c', cap)
 redis.call('ZADD', B .. 'exp', fmt(expires_at), id)
 redis.call('ZADD', B .. 'holders:' .. key, fmt(expires_at), id)
 redis.call('HINCRBY', B .. 'held', key, 1)
+redis.call('HINCRBY', B .. 'pheld', key .. '\n' .. target_field(target), 1)
+if target ~= '' then redis.call('ZADD', B .. 'tlease:' .. target, fmt(expires_at), id) end
 redis.call('PEXPIRE', list, pool_ttl)
 redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)
-return {1, winner, fmt(expires_at)}
+local pace = pace_reply(key, target, now, P)
+return {1, winner, fmt(expires_at), pace[1], pace[2], pace[3], pace[4]}

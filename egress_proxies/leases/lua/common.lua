@@ -15,17 +15,32 @@
 --   paused        zset  target -> pause end
 --   pool:<digest> set   the offerable proxy keys of one candidate pool
 --   seq           string lease sequence; forgot hash: proxy key -> sequence when forgotten
+--   (and the pace's keys, below)
 -- Times are the caller's clock in seconds, passed as strings and returned as %.17g.
 local B = KEYS[1]
 local function fmt(x) return string.format('%.17g', x) end
 local PRUNE_BATCH = 512
 
+local function target_field(target)
+  if target == '' then return 'g' end
+  return 't:' .. target
+end
+
+-- A lease leaves its pair's and its target's counts (acquire enters them).
+local function leave_pair(id, key, target)
+  local pair = key .. '\n' .. target_field(target)
+  if redis.call('HINCRBY', B .. 'pheld', pair, -1) <= 0 then redis.call('HDEL', B .. 'pheld', pair) end
+  if target ~= '' then redis.call('ZREM', B .. 'tlease:' .. target, id) end
+end
+
 local function end_lease(id, ended_at, window)
-  local key = redis.call('HGET', B .. 'lease:' .. id, 'k')
+  local lease = redis.call('HMGET', B .. 'lease:' .. id, 'k', 't')
+  local key = lease[1]
   redis.call('ZREM', B .. 'exp', id)
   if not key then return end
   redis.call('ZREM', B .. 'holders:' .. key, id)
   if redis.call('HINCRBY', B .. 'held', key, -1) <= 0 then redis.call('HDEL', B .. 'held', key) end
+  leave_pair(id, key, lease[2])
   redis.call('HSET', B .. 'lease:' .. id, 'a', '0')
   redis.call('ZADD', B .. 'ended', fmt(ended_at + window), id)
 end
@@ -50,10 +65,6 @@ local function end_due(now, window)
   redis.call('ZREMRANGEBYSCORE', B .. 'paused', '-inf', fmt(now))
 end
 
-local function target_field(target)
-  if target == '' then return 'g' end
-  return 't:' .. target
-end
 
 -- When the proxy may serve the target again (its own pair or the global one), or nil.
 local function cooling_until(key, target, now)
@@ -84,4 +95,82 @@ local function known_lease(id)
   local forgot = redis.call('HGET', B .. 'forgot', lease.k)
   if forgot and tonumber(lease.n) <= tonumber(forgot) then return nil end
   return lease
+end
+
+-- The pace (leases/pace.py, the same AIMD). Keys under the base:
+--   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at" per target field
+--   tpace:<target>  string "rate touched_at": where a proxy new to the target starts
+--   tlease:<target> zset  active lease id -> expires at, per target
+--   pheld           hash  "<key>\n<f>" -> active leases on the pair
+-- P is the store's pace parameters, seven ARGV from `from`: start, floor, increase,
+-- decrease, settle, memory (seconds), ceiling. A pace untouched for `memory` reads
+-- as absent.
+local function pace_params(from)
+  return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
+    increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
+    settle = tonumber(ARGV[from + 4]), memory = tonumber(ARGV[from + 5]),
+    ceiling = tonumber(ARGV[from + 6])}
+end
+
+local function learned_pace(key, target, now, P)
+  local v = redis.call('HGET', B .. 'pace:' .. key, target_field(target))
+  if v then
+    local r, l, h, t = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+    if tonumber(t) + P.memory > now then
+      return {rate = tonumber(r), lowered = tonumber(l), hold = tonumber(h)}
+    end
+  end
+  local rate = P.start
+  if target ~= '' then
+    local t = redis.call('GET', B .. 'tpace:' .. target)
+    if t then
+      local r, touched = string.match(t, '^(%S+) (%S+)$')
+      if tonumber(touched) + P.memory > now then rate = tonumber(r) end
+    end
+  end
+  return {rate = rate, lowered = nil, hold = 0}
+end
+
+-- {learned rate, lowered at|"", holders of the pair, leases on the target}.
+local function pace_reply(key, target, now, P)
+  local state = learned_pace(key, target, now, P)
+  local holders = tonumber(redis.call('HGET', B .. 'pheld', key .. '\n' .. target_field(target))) or 0
+  local leases = 0
+  if target ~= '' then leases = redis.call('ZCARD', B .. 'tlease:' .. target) end
+  return {fmt(state.rate), state.lowered and fmt(state.lowered) or '', holders, leases}
+end
+
+-- Apply a report to the pair's pace: ok (count accepted requests) or a rate limit.
+local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after)
+  local state = learned_pace(key, target, now, P)
+  local changed = false
+  if rate_limited then
+    if now >= state.hold then
+      state.rate = math.max(P.floor, state.rate * P.decrease)
+      state.lowered = now
+      state.hold = now + math.max(P.settle, retry_after or 0)
+      changed = true
+    end
+  elseif now >= state.hold and state.rate < cap then
+    state.rate = math.min(cap, state.rate + P.increase * count / state.rate)
+    changed = true
+  end
+  local hash = B .. 'pace:' .. key
+  redis.call('HSET', hash, target_field(target), fmt(state.rate) .. ' ' ..
+    (state.lowered and fmt(state.lowered) or '-') .. ' ' .. fmt(state.hold) .. ' ' .. fmt(now))
+  redis.call('PEXPIRE', hash, math.ceil(P.memory * 1000))
+  if changed and target ~= '' then
+    local tkey = B .. 'tpace:' .. target
+    local rate = state.rate
+    local t = redis.call('GET', tkey)
+    if t then
+      local r, touched = string.match(t, '^(%S+) (%S+)$')
+      local known = tonumber(r)
+      if tonumber(touched) + P.memory > now and
+          not (rate_limited and rate < known or not rate_limited and rate > known) then
+        rate = known
+      end
+    end
+    redis.call('SET', tkey, fmt(rate) .. ' ' .. fmt(now), 'PX', math.ceil(P.memory * 1000))
+  end
 end

@@ -1,12 +1,14 @@
 -- Forget a proxy: ARGV = now, proxy key, cooldown window. Ends its leases (ended ones
 -- stop taking reports: every lease up to the current sequence is forgotten) and
--- drops its cooldowns.
+-- drops its cooldowns and paces.
 local now, key, window = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 end_due(now, window)
 for _, id in ipairs(redis.call('ZRANGE', B .. 'holders:' .. key, 0, -1)) do
   redis.call('ZREM', B .. 'exp', id)
+  leave_pair(id, key, redis.call('HGET', B .. 'lease:' .. id, 't') or '')
   redis.call('DEL', B .. 'lease:' .. id)
 end
+redis.call('DEL', B .. 'pace:' .. key)
 redis.call('DEL', B .. 'holders:' .. key)
 redis.call('HDEL', B .. 'held', key)
 redis.call('HSET', B .. 'forgot', key, redis.call('GET', B .. 'seq') or '0')

@@ -1,13 +1,15 @@
 -- Report: ARGV = now, lease id, result (ok|rate_limited|banned), target ("" none),
 -- retry after ("" none), cooldown window, backoff cap, rate window, max strikes,
--- max rate strikes, storm share, storm window, storm pause.
--- Returns nil for an unknown lease, else
--- {proxy key, lease target, resolved target, ttl, expires at, pool digest, pool size, paused until|""}.
+-- max rate strikes, storm share, storm window, storm pause, ok count, the report
+-- target's pace cap ("": the lease's), then the pace parameters (seven).
+-- Returns nil for an unknown lease, else {proxy key, lease target, resolved target,
+-- ttl, expires at, pool digest, pool size, paused until|"", then pace_reply's four}.
 local now, id, result, target = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local retry_after = tonumber(ARGV[5])
 local window, cap, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local max_strikes, max_rate = tonumber(ARGV[9]), tonumber(ARGV[10])
 local storm_share, storm_window, storm_pause = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local count, pace_cap, P = tonumber(ARGV[14]), tonumber(ARGV[15]), pace_params(16)
 end_due(now, window)
 local lease = known_lease(id)
 if lease == nil then return nil end
@@ -58,6 +60,11 @@ local function record()
   save(until_, strikes, rate, from_ban and 1 or 0, forget_at)
 end
 record()
+if result ~= 'banned' then
+  -- A lease granted before paces were kept has no cap of its own: the ceiling applies.
+  local cap_ = pace_cap or tonumber(lease.c) or P.ceiling
+  record_pace(key, resolved, now, P, cap_, result == 'rate_limited', count, retry_after)
+end
 
 local paused = ''
 if result == 'banned' and resolved ~= '' then
@@ -79,4 +86,6 @@ if result == 'banned' and resolved ~= '' then
     end
   end
 end
-return {key, lease.t, resolved, lease.l, lease.e, lease.p, lease.s, paused}
+local pace = pace_reply(key, resolved, now, P)
+return {key, lease.t, resolved, lease.l, lease.e, lease.p, lease.s, paused,
+  pace[1], pace[2], pace[3], pace[4]}

@@ -37,8 +37,9 @@ class SiteSpider(scrapy.Spider):
         "ROBOTSTXT_OBEY": False,
         "COOKIES_ENABLED": False,
         "TELNETCONSOLE_ENABLED": False,
-        "CONCURRENT_REQUESTS": 8,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
+        "CONCURRENT_REQUESTS": int(os.environ.get("CRAWL_CONCURRENCY", "8")),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": int(os.environ.get("CRAWL_CONCURRENCY", "8")),
+        "EGRESS_PROXIES_LEASES_PER_DOMAIN": int(os.environ.get("CRAWL_LEASES_PER_DOMAIN", "4")),
         "LOG_LEVEL": "INFO",
         "FEEDS": {str(OUT / "items.jsonl"): {"format": "jsonlines"}},
     }

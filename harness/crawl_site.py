@@ -1,11 +1,13 @@
-"""A 200-page local site that rate-limits each client address and then bans one of them.
+"""A local site of PAGES (200) pages that rate-limits each client address and then bans one of them.
 
 Pages form a binary tree (page n links to 2n+1 and 2n+2), so every page is reached
-from exactly one parent. Above RATE pages per second from one source address the
-site answers 429 with `Retry-After: 1`; the first address to collect BAN_AFTER 429s
-is banned: once its Retry-After has passed (so requests already in flight during the
-rate limit still get 429s), it gets a 403 captcha page, for good. Every answer is logged per
-address, so a test can tell which proxy was banned and whether it came back.
+from exactly one parent. Above `rate` (RATE) pages per second from one source address
+the site answers 429 with `Retry-After: 1`; the first address to collect `ban_after`
+(BAN_AFTER) 429s (within `ban_window` seconds, if set) is banned: once its
+Retry-After has passed (so requests already in flight during the rate limit still
+get 429s), it gets a 403 captcha page, for good.
+Every answer is logged per address, so a test can tell which proxy was banned and
+whether it came back.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 
 from harness.origins import origin_host
 
 PAGES = 200
+# The Scrapy spider that crawls it (`scrapy runspider`), configured by its environment.
+SPIDER = Path(__file__).with_name("crawl_spider.py")
 RATE = 10
 BAN_AFTER = 3
 CAPTCHA = '<html><div class="g-recaptcha" data-sitekey="x"></div></html>'
@@ -31,11 +36,15 @@ class Site:
     """The running site and what it saw."""
 
     url: str = ""
+    pages: int = PAGES
+    rate: float = RATE  # may change while the site runs (a site halving its limit)
+    ban_after: int = BAN_AFTER
+    ban_window: float | None = None  # count 429s this many seconds back; None: all of them
     victim: str | None = None
     banned_from: float = 0.0
     answers: dict[str, list[tuple[float, int]]] = field(default_factory=lambda: defaultdict(list))
     _recent: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
-    _rate_limited: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _rate_limited: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
 
     def answer(self, address: str, now: float) -> int:
         """The status for one request from `address`."""
@@ -44,9 +53,12 @@ class Site:
         recent = self._recent[address]
         while recent and recent[0] <= now - 1.0:
             recent.popleft()
-        if len(recent) >= RATE:
-            self._rate_limited[address] += 1
-            if self.victim is None and self._rate_limited[address] >= BAN_AFTER:
+        if len(recent) >= self.rate:
+            refusals = self._rate_limited[address]
+            refusals.append(now)
+            while self.ban_window is not None and refusals[0] <= now - self.ban_window:
+                refusals.popleft()
+            if self.victim is None and len(refusals) >= self.ban_after:
                 self.victim, self.banned_from = address, now + 1.0
             return 429
         recent.append(now)
@@ -55,6 +67,24 @@ class Site:
     def statuses_from(self, address: str) -> list[int]:
         """What one address got, in order."""
         return [status for _, status in self.answers[address]]
+
+    def share_of(self, status: int) -> float:
+        """The share of all answers that had `status`."""
+        answers = [s for replies in self.answers.values() for _, s in replies]
+        return answers.count(status) / max(len(answers), 1)
+
+    def most_addresses_within_a_second(self) -> int:
+        """The most source addresses the site saw pages go to within one second."""
+        served = sorted(
+            (at, address)
+            for address, replies in self.answers.items()
+            for at, status in replies
+            if status == 200
+        )
+        return max(
+            (len({a for at, a in served if start <= at < start + 1.0}) for start, _ in served),
+            default=0,
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         """One page, or a refusal."""
@@ -67,21 +97,26 @@ class Site:
         if status == 403:
             return web.Response(status=403, text=CAPTCHA, content_type="text/html")
         page = int(request.match_info["n"])
-        if not 0 <= page < PAGES:
+        if not 0 <= page < self.pages:
             raise web.HTTPNotFound()
         links = "".join(
             f'<a href="/page/{child}">page {child}</a>'
             for child in (2 * page + 1, 2 * page + 2)
-            if child < PAGES
+            if child < self.pages
         )
         body = f'<html><h1 data-n="{page}">Page {page}</h1>{links}</html>'
         return web.Response(text=body, content_type="text/html")
 
 
 @asynccontextmanager
-async def serve_site() -> AsyncIterator[Site]:
+async def serve_site(
+    rate: float = RATE,
+    ban_after: int = BAN_AFTER,
+    pages: int = PAGES,
+    ban_window: float | None = None,
+) -> AsyncIterator[Site]:
     """Serve the site where the dev cluster's pods reach this machine, until exit."""
-    site = Site()
+    site = Site(pages=pages, rate=rate, ban_after=ban_after, ban_window=ban_window)
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)

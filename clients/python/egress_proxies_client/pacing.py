@@ -1,0 +1,139 @@
+"""The pace a lease is handed, the token bucket that keeps to it, and the batch of ok counts.
+
+Pure bookkeeping over a clock the caller passes in: no sleeping, no I/O, so the
+sync and async faces share it and tests drive it in virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast to send through a lease's proxy to its target, as the API handed it out."""
+
+    requests_per_second: float
+    burst: int
+    last_lowered_at: datetime | None
+
+
+class TokenBucket:
+    """`burst` tokens refilled at `rate` per second; each request takes one.
+
+    `reserve` hands out turns in order: each caller gets the delay until its token,
+    so concurrent callers are spread at the pace instead of waking together.
+    `pause(seconds)` (a site's Retry-After) gives no turn before it has passed,
+    then one at once and the rest at the pace. Without a pace every turn is now.
+    Locked: threads of one sync lease may share it.
+    """
+
+    def __init__(self, pace: Pace | None, now: float) -> None:
+        self._lock = threading.Lock()
+        self._rate = math.inf
+        self._burst = 1.0
+        self._tokens = 1.0
+        self._stamp = now  # tokens are counted up to here; later while paused
+        self.set_pace(pace, now)
+
+    def __repr__(self) -> str:
+        pace = "unpaced" if math.isinf(self._rate) else f"{self._rate:g}/s, burst {self._burst:g}"
+        return f"<TokenBucket [{pace} | tokens: {self._tokens:.2f}]>"
+
+    @property
+    def rate(self) -> float:
+        """Requests per second (infinite without a pace)."""
+        return self._rate
+
+    def set_pace(self, pace: Pace | None, now: float) -> None:
+        """Keep to a new pace from `now` (tokens earned at the old one are kept, up to burst)."""
+        with self._lock:
+            self._refill(now)
+            if pace is None:
+                self._rate, self._burst = math.inf, 1.0
+            else:
+                self._rate, self._burst = pace.requests_per_second, float(max(pace.burst, 1))
+            self._tokens = min(self._tokens, self._burst)
+
+    def reserve(self, now: float) -> float:
+        """Take the next turn: the seconds to wait before sending (0: send now)."""
+        with self._lock:
+            if math.isinf(self._rate) and self._stamp <= now:
+                return 0.0
+            self._refill(now)
+            self._tokens -= 1
+            wait = max(self._stamp - now, 0.0)
+            if self._tokens < 0:
+                wait += -self._tokens / self._rate
+            return wait
+
+    def next_turn(self, now: float) -> float:
+        """The wait `reserve` would give now, without taking the turn."""
+        with self._lock:
+            if math.isinf(self._rate):
+                return max(self._stamp - now, 0.0)
+            tokens = self._tokens
+            if now > self._stamp:
+                tokens = min(self._burst, tokens + (now - self._stamp) * self._rate)
+            wait = max(self._stamp - now, 0.0)
+            if tokens < 1:
+                wait += (1 - tokens) / self._rate
+            return wait
+
+    def pause(self, seconds: float, now: float) -> None:
+        """No turn for `seconds` (a site's Retry-After), then one at once, then the pace."""
+        with self._lock:
+            self._refill(now)
+            until = now + seconds
+            if until > self._stamp:
+                self._stamp = until
+                self._tokens = min(self._tokens, 1.0)
+
+    def _refill(self, now: float) -> None:
+        if now <= self._stamp:
+            return
+        if math.isinf(self._rate):
+            self._tokens = self._burst
+        else:
+            self._tokens = min(self._burst, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+
+
+class OkBatch:
+    """Requests the site accepted, not yet reported: sent every `interval` or `size` of them."""
+
+    def __init__(self, interval: float, size: int, now: float) -> None:
+        if interval <= 0 or size < 1:
+            raise ValueError("report batches need a positive interval and size")
+        self.interval = interval
+        self.size = size
+        self._lock = threading.Lock()
+        self._count = 0
+        self._since = now
+
+    def __repr__(self) -> str:
+        return f"<OkBatch [pending: {self._count}]>"
+
+    def add(self, count: int = 1) -> bool:
+        """Count accepted requests; True when the batch is full and should go now."""
+        with self._lock:
+            self._count += count
+            return self._count >= self.size
+
+    def take(self, now: float, *, force: bool = False) -> int:
+        """The count to report now (0: nothing due), and start the next batch."""
+        with self._lock:
+            if self._count == 0 or not (
+                force or self._count >= self.size or now - self._since >= self.interval
+            ):
+                return 0
+            count, self._count, self._since = self._count, 0, now
+            return count
+
+    def put_back(self, count: int) -> None:
+        """A report that failed: its count goes with the next one."""
+        with self._lock:
+            self._count += count

@@ -1,0 +1,222 @@
+"""Leases keep to their pace: the token bucket, ok counts in batches, the pace picked up.
+
+The bucket's own rules run in virtual time; one test holds it to its rate against
+a real local origin, counting the requests that arrive in each second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+from aiohttp import web
+from egress_proxies_client import AsyncPool, Pool, ProxyBannedError
+from egress_proxies_client.pacing import OkBatch, Pace, TokenBucket
+
+from egress_proxies.leases import PaceLimits
+from tests.client.served import Served, serve_async, serve_in_thread
+from tests.integration.discovery_helpers import record
+
+SITE = "shop.example"
+OK_HEADERS: dict[str, str] = {}
+
+
+def pace(rate: float, burst: int = 1) -> Pace:
+    return Pace(requests_per_second=rate, burst=burst, last_lowered_at=None)
+
+
+def test_the_bucket_spaces_turns_at_its_rate_after_the_burst() -> None:
+    bucket = TokenBucket(pace(4.0, burst=2), now=0.0)
+    assert [bucket.reserve(0.0) for _ in range(4)] == [0.0, 0.25, 0.5, 0.75]
+    assert bucket.reserve(10.0) == 0.0, "idle time refills it"
+    assert bucket.reserve(10.0) == 0.0, "up to the burst"
+    assert bucket.reserve(10.0) == 0.25
+
+
+def test_peeking_at_the_next_turn_takes_nothing() -> None:
+    bucket = TokenBucket(pace(2.0), now=0.0)
+    assert [bucket.next_turn(0.0), bucket.next_turn(0.0)] == [0.0, 0.0]
+    assert bucket.reserve(0.0) == 0.0
+    assert bucket.next_turn(0.0) == bucket.reserve(0.0) == 0.5
+
+
+def test_a_pause_holds_every_turn_then_one_goes_then_the_pace() -> None:
+    bucket = TokenBucket(pace(2.0, burst=4), now=0.0)
+    bucket.reserve(5.0)
+    bucket.pause(3.0, now=5.0)
+    assert [bucket.reserve(5.0) for _ in range(3)] == [3.0, 3.5, 4.0]
+
+
+def test_a_new_pace_applies_from_now_and_no_pace_means_no_wait() -> None:
+    bucket = TokenBucket(pace(1.0), now=0.0)
+    assert bucket.reserve(0.0) == 0.0
+    bucket.set_pace(pace(10.0), now=0.0)
+    assert bucket.reserve(0.0) == pytest.approx(0.1)
+    unpaced = TokenBucket(None, now=0.0)
+    assert {unpaced.reserve(0.0) for _ in range(100)} == {0.0}
+    assert repr(unpaced).startswith("<TokenBucket [unpaced")
+
+
+def test_a_batch_goes_when_full_or_due_and_a_failed_one_is_put_back() -> None:
+    batch = OkBatch(interval=1.0, size=3, now=0.0)
+    assert [batch.add(), batch.add()] == [False, False]
+    assert batch.take(0.5) == 0
+    assert batch.take(1.0) == 2
+    assert batch.add(3) is True and batch.take(1.1) == 3
+    batch.put_back(2)
+    assert batch.take(1.2, force=True) == 2 and batch.take(9.0) == 0
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `condition` until it holds (fails the test after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
+def sync_pool(served: Served, **options: object) -> Pool:
+    return Pool(
+        served.url,
+        served.tokens.one,
+        sleep=served.sleep,
+        clock=served.clock,
+        rng=random.Random(5),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_ok_counts_are_reported_in_batches() -> None:
+    with (
+        serve_in_thread(record("a"), pace=PaceLimits(start=1.0)) as served,
+        sync_pool(served, report_batch=10, report_interval=3600) as pool,
+    ):
+        lease = pool.acquire(target=SITE)
+        for expected_reports in (1, 2):
+            for _ in range(10):
+                assert lease.observe(200, OK_HEADERS) is None
+            until(lambda n=expected_reports: served.reports("ok", "") == n)  # type: ignore[misc]
+        for _ in range(5):
+            lease.observe(200, OK_HEADERS)
+        assert served.reports("ok", "") == 2, "five are not a batch, an hour has not passed"
+        lease.release()
+        assert served.reports("ok", "") == 3, "release sends what is pending"
+        assert lease.pace is not None and lease.pace.requests_per_second > 7.0
+
+
+def test_a_due_batch_goes_after_the_interval() -> None:
+    with (
+        serve_in_thread(record("a")) as served,
+        sync_pool(served, report_batch=1000, report_interval=1.0) as pool,
+    ):
+        lease = pool.acquire(target=SITE)
+        for _ in range(3):
+            lease.observe(200, OK_HEADERS)
+        served.clock.advance(1.0)
+        until(lambda: served.reports("ok", "") == 1)
+        until(lambda: lease.pace is not None and lease.pace.requests_per_second == 2.5)
+
+
+def test_the_pace_is_picked_up_on_renew() -> None:
+    with (
+        serve_in_thread(record("a"), pace=PaceLimits(start=1.0)) as served,
+        sync_pool(served) as pool,
+    ):
+        lease = pool.acquire(target=SITE)
+        assert lease.pace == pace(1.0)
+        pool.report(lease.lease_id, "ok", count=8)  # another crawler's report, by id
+        assert lease.pace == pace(1.0)
+        lease.renew(60)
+        assert lease.pace is not None and lease.pace.requests_per_second == 5.0
+        lease.wait_turn()
+        lease.wait_turn()
+        assert served.sleeps == [pytest.approx(0.2)], "the bucket keeps the new pace"
+
+
+def test_a_rate_limit_is_reported_at_once_and_pauses_the_lease() -> None:
+    with (
+        serve_in_thread(record("a"), pace=PaceLimits(start=4.0)) as served,
+        sync_pool(served) as pool,
+    ):
+        lease = pool.acquire(target=SITE)
+        refused = lease.observe(429, {"Retry-After": "3"})
+        assert refused is not None and refused.retry_after == 3.0
+        assert served.reports("rate_limited", "http_429") == 1
+        assert lease.pace is not None and lease.pace.requests_per_second == 2.8
+        assert lease.pace.last_lowered_at is not None
+        lease.wait_turn()
+        assert served.sleeps == [3.0]
+        with pytest.raises(ProxyBannedError):
+            lease.observe(403, OK_HEADERS)
+
+
+async def test_the_async_lease_batches_and_picks_up_the_pace() -> None:
+    async with (
+        serve_async(record("a"), pace=PaceLimits(start=1.0)) as served,
+        AsyncPool(
+            served.url,
+            served.tokens.one,
+            sleep=served.asleep,
+            clock=served.clock,
+            report_batch=4,
+            report_interval=3600,
+        ) as pool,
+    ):
+        lease = await pool.acquire(target=SITE)
+        for _ in range(4):
+            assert await lease.observe(200, OK_HEADERS) is None
+        for _ in range(500):
+            if served.reports("ok", "") == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert served.reports("ok", "") == 1
+        assert lease.pace is not None and lease.pace.requests_per_second == 3.0
+        await lease.wait_turn()
+        await lease.wait_turn()
+        assert served.sleeps == [pytest.approx(1 / 3)]
+        await lease.release()
+        assert served.reports("ok", "") == 1, "nothing was pending"
+
+
+async def test_the_bucket_holds_its_rate_against_a_local_origin() -> None:
+    rate, workers, wanted = 5.0, 8, 21
+    arrivals: list[float] = []
+
+    async def hello(_: web.Request) -> web.Response:
+        arrivals.append(time.monotonic())
+        return web.Response(text="hello")
+
+    origin = web.Application()
+    origin.router.add_get("/", hello)
+    runner = web.AppRunner(origin)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+    try:
+        async with (
+            serve_async(record("a"), pace=PaceLimits(start=rate, ceiling=rate)) as served,
+            AsyncPool(served.url, served.tokens.one) as pool,
+            httpx.AsyncClient(trust_env=False) as http,
+        ):
+            lease = await pool.acquire(target=SITE)
+            assert lease.pace is not None and lease.pace.requests_per_second == rate
+
+            async def crawl() -> None:
+                while len(arrivals) < wanted:
+                    await lease.wait_turn()
+                    response = await http.get(url)
+                    await lease.observe(response.status_code, response.headers)
+
+            await asyncio.gather(*(crawl() for _ in range(workers)))
+            await lease.release()
+    finally:
+        await runner.cleanup()
+    per_second = [sum(1 for t in arrivals if start <= t < start + 1.0) for start in arrivals]
+    # A full bucket starts with one turn, then refills at `rate`: at most rate + 1 in a second
+    # (one more for arrivals the event loop delivered late).
+    assert max(per_second) <= rate + 2, per_second
+    assert per_second[0] >= rate - 1, "eight workers keep it busy: it sends at its pace"
