@@ -116,7 +116,12 @@ async def test_a_proxy_and_a_pool_become_ready_as_the_service_account(
     deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
 ) -> None:
     async with serve_origin(host=own_cluster.host_address) as origin:
-        health = {"url": origin.url, "expectedStatus": 200, "intervalSeconds": 2}
+        health = {
+            "url": origin.url,
+            "expectedStatus": 200,
+            "intervalSeconds": 2,
+            "timeoutSeconds": 1,
+        }
         await own_kube.create(
             proxy_path(crawl_namespace),
             managed_proxy("solo", healthCheck=health, attributes={"pool": "solo"}),
@@ -212,7 +217,12 @@ async def test_a_crawler_pod_leases_by_service_name_and_fetches_through_the_prox
     deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
 ) -> None:
     async with serve_origin(host=own_cluster.host_address) as origin:
-        health = {"url": origin.url, "expectedStatus": 200, "intervalSeconds": 2}
+        health = {
+            "url": origin.url,
+            "expectedStatus": 200,
+            "intervalSeconds": 2,
+            "timeoutSeconds": 1,
+        }
         await own_kube.create(
             proxy_path(crawl_namespace),
             managed_proxy("for-crawler", healthCheck=health, attributes={"pool": "crawl"}),

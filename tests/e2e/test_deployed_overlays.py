@@ -57,7 +57,12 @@ async def test_each_shard_provisions_only_its_own_proxies(
     async with KubeClient(own_cluster.credentials) as kube:
         namespace = await create_namespace(kube, request, RESTRICTED)
         async with serve_origin(host=own_cluster.host_address) as origin:
-            health = {"url": origin.url, "expectedStatus": 200, "intervalSeconds": 2}
+            health = {
+                "url": origin.url,
+                "expectedStatus": 200,
+                "intervalSeconds": 2,
+                "timeoutSeconds": 1,
+            }
             for shard in ("a", "b"):
                 body = managed_proxy(f"in-{shard}", healthCheck=health)
                 body["metadata"]["labels"] = {"shard": shard}
@@ -85,7 +90,12 @@ async def test_leases_in_the_scaled_out_tier_survive_its_rollout_restart(
     async with KubeClient(own_cluster.credentials) as kube:
         namespace = await create_namespace(kube, request, RESTRICTED)
         async with serve_origin(host=own_cluster.host_address) as origin:
-            health = {"url": origin.url, "expectedStatus": 200, "intervalSeconds": 2}
+            health = {
+                "url": origin.url,
+                "expectedStatus": 200,
+                "intervalSeconds": 2,
+                "timeoutSeconds": 1,
+            }
             await kube.create(
                 proxy_path(namespace),
                 managed_proxy(
