@@ -11,13 +11,13 @@ its killed predecessor left behind.
 from __future__ import annotations
 
 import fcntl
-import getpass
 import os
 import secrets
 import socket
 from pathlib import Path
 
 from egress_proxies.errors import EgressProxiesError
+from egress_proxies.users import user_name
 
 LOCK_FILE = "operator.lock"
 IDENTITY_FILE = "peer-identity"
@@ -72,15 +72,3 @@ class StateDirClaim:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def user_name() -> str:
-    """The login name, else the numeric uid: an image's user may have no passwd entry.
-
-    The operator image runs as uid 65532, which its /etc/passwd does not list
-    (as distroless images do); getpass then finds no name and raises.
-    """
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())

@@ -31,6 +31,7 @@ from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.naming import PROJECT
 from egress_proxies.stacks.settings import RunnerSettings
+from egress_proxies.users import user_name
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,9 @@ class StackOperations:
             # Every object a stack writes is named after its Proxy and owned by it.
             "PULUMI_K8S_ENABLE_PATCH_FORCE": "true",
             "PATH": os.environ.get("PATH", ""),
+            # The pulumi CLI (a static build) names the stack's creator from
+            # $USER: without it and without a passwd entry it cannot create a stack.
+            "USER": os.environ.get("USER") or user_name(),
             **self._settings.extra_env,
         }
 
