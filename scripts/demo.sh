@@ -92,12 +92,44 @@ k -n "$demo" create secret generic crawler-token --from-file=token="$state/disco
   --dry-run=client -o yaml | k apply -f -
 k -n "$demo" delete pod crawler --ignore-not-found >/dev/null
 operator_image=$(cat "$(bash "$repo/tools/images.sh" --dir)/operator.ref")
-k -n "$demo" run crawler --restart=Never --image="$operator_image" \
-  --env="EGRESS_PROXIES_API_URL=http://egress-proxies.egress-proxies.svc:8090" \
-  --overrides='{"spec":{"containers":[{"name":"crawler","env":[{"name":"EGRESS_PROXIES_TOKEN","valueFrom":{"secretKeyRef":{"name":"crawler-token","key":"token"}}}]}]}}' \
-  --command -- egress-proxies-client run --selector region=eu --target "$host" -- \
-  python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' \
-  "http://$host:18080/index.html" >/dev/null
+k -n "$demo" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: crawler
+spec:
+  restartPolicy: Never
+  securityContext:
+    runAsNonRoot: true
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+    - name: crawler
+      image: $operator_image
+      command:
+        - egress-proxies-client
+        - run
+        - --selector=region=eu
+        - --target=$host
+        - --
+        - python3
+        - -c
+        - 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())'
+        - http://$host:18080/index.html
+      env:
+        - name: EGRESS_PROXIES_API_URL
+          value: http://egress-proxies.egress-proxies.svc:8090
+        - name: EGRESS_PROXIES_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: crawler-token
+              key: token
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities:
+          drop: [ALL]
+YAML
 k -n "$demo" wait --for=jsonpath='{.status.phase}'=Succeeded pod/crawler --timeout=120s ||
   fail "the crawler pod did not succeed: $(k -n "$demo" logs crawler 2>&1 | tail -5)"
 k -n "$demo" logs crawler

@@ -102,7 +102,7 @@ lease_from_host() {
     sleep 1
   done
   [ "$code" = 201 ] || [ "$code" = 200 ] || fail "the lease request answered HTTP $code: $LEASE"
-  echo "$LEASE" | sed 's/"password": *"[^"]*"/"password":"<redacted>"/g; s#//\([^:/]*\):[^@]*@#//\1:<redacted>@#g'
+  echo "$LEASE" | sed 's/"password": *"[^"]*"/"password":"<redacted>"/g; s#//\([^:/"]*\):[^@"]*@#//\1:<redacted>@#g'
 }
 
 # list_stacks BACKEND_DIR PASSPHRASE_FILE PULUMI_HOME: the stacks, as the plain pulumi CLI sees them.
