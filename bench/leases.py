@@ -79,7 +79,14 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.discovery import create_app
 from egress_proxies.discovery.responses import GrantedBodies
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.leases import Lease, LeaseId, LeaseStore, MemoryLeaseStore, RedisLeaseStore
+from egress_proxies.leases import (
+    Lease,
+    LeaseId,
+    LeaseStore,
+    MemoryLeaseStore,
+    Pace,
+    RedisLeaseStore,
+)
 from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
@@ -228,7 +235,16 @@ def floor_app() -> web.Application:
     record = fleet(1)[0]
     granted = (
         GrantedBodies()
-        .render(Lease(FLOOR_LEASE_ID, record, "example.com", 300, time.time() + 300))
+        .render(
+            Lease(
+                FLOOR_LEASE_ID,
+                record,
+                "example.com",
+                300,
+                time.time() + 300,
+                pace=Pace(rate=1.0, burst=1, lowered_at=None),
+            )
+        )
         .encode()
     )
     headers = {"Content-Type": "application/json; charset=utf-8"}
