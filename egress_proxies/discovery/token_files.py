@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,12 +48,25 @@ class TokenDirectory:
         signature = tuple((path.name, path.stat().st_mtime_ns) for path in files)
         if signature == self._signature:
             return self._tokens
-        data = {path.name: base64.b64encode(path.read_bytes()).decode() for path in files}
         try:
-            self._tokens = tokens_from_secret_data(data)
+            self._tokens = tokens_from_secret_data(_read(files))
         except InvalidTokenSecretError as error:
             logger.error("discovery tokens in %s not reloaded: %s", self._path, error)
             return self._tokens
         self._signature = signature
         logger.info("discovery tokens loaded from %s: %d", self._path, len(self._tokens))
         return self._tokens
+
+
+def _read(files: list[Path]) -> dict[str, str]:
+    """Each file's bytes, base64 as in a Secret's data; an unreadable file names itself."""
+    data = {}
+    for path in files:
+        try:
+            data[path.name] = base64.b64encode(path.read_bytes()).decode()
+        except OSError as error:
+            raise InvalidTokenSecretError(
+                f"cannot read token file {path.name!r} ({error.strerror}): the process "
+                f"(uid {os.getuid()}) needs read access, e.g. the pod's fsGroup"
+            ) from None
+    return data

@@ -364,3 +364,20 @@ async def test_the_api_server_accepts_the_scale_out_overlay_and_its_pods_are_res
             "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", params={"dryRun": "All"}, body=pod
         )
         assert created["metadata"]["name"] == f"{name}-check"
+
+
+@pytest.mark.parametrize("overlay", ["", "kind", "scale-out", "shards"])
+def test_no_pod_gets_docker_link_variables(overlay: str) -> None:
+    # A Service named egress-proxies-discovery would otherwise give every pod in
+    # the namespace EGRESS_PROXIES_DISCOVERY_PORT=tcp://IP:8090, which the
+    # settings read as the discovery port: the tier crash-looped on the node.
+    built = objects(kustomize(DEPLOY / overlay if overlay else DEPLOY))
+    templates = {
+        name: manifest["spec"]["template"]["spec"]
+        for (kind, name), manifest in built.items()
+        if kind == "Deployment"
+    }
+    assert templates
+    assert {name: spec.get("enableServiceLinks") for name, spec in templates.items()} == {
+        name: False for name in templates
+    }
