@@ -1,4 +1,4 @@
-"""deploy/'s optional overlays on a dev cluster: two operator shards.
+"""deploy/'s optional overlays on a dev cluster: two operator shards, and the scaled-out tier.
 
 Each test runs a dev cluster of its own and applies the overlay as a user
 would (`kubectl apply -k`), with only the dev cluster's images swapped in.
@@ -7,10 +7,12 @@ Claims bind through the dev cluster's default StorageClass, as on kind.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from egress_proxies.kube import KubeClient
@@ -73,3 +75,80 @@ async def test_each_shard_provisions_only_its_own_proxies(
     }
     print("stacks per shard:", stacks)
     assert stacks == {"a": [f"{namespace}.in-a"], "b": [f"{namespace}.in-b"]}
+
+
+async def test_leases_in_the_scaled_out_tier_survive_its_rollout_restart(
+    own_cluster: ClusterHandle, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    overlay = write_dev_overlay(tmp_path / "overlay", REPO / "deploy" / "scale-out")
+    deployed = deploy(own_cluster.kubeconfig, overlay)
+    print(deployed.kubectl("-n", NAMESPACE, "get", "deployments,pods,svc", "-o", "wide"))
+    service = json.loads(
+        deployed.kubectl("-n", NAMESPACE, "get", "svc", "egress-proxies-discovery", "-o", "json")
+    )
+    url = f"http://{service['spec']['clusterIP']}:8090"
+    async with KubeClient(own_cluster.credentials) as kube:
+        namespace = await create_namespace(kube, request, RESTRICTED)
+        async with serve_origin(host=own_cluster.host_address) as origin:
+            health = {
+                "url": origin.url,
+                "expectedStatus": 200,
+                "intervalSeconds": 2,
+                "timeoutSeconds": 1,
+            }
+            await kube.create(
+                proxy_path(namespace),
+                managed_proxy(
+                    "tiered", healthCheck=health, attributes={"pool": "tier"}, maxLeases=20
+                ),
+            )
+            await wait_ready(kube, namespace, "tiered")
+            async with aiohttp.ClientSession() as session:
+
+                async def first_lease() -> dict[str, Any] | None:
+                    async with session.post(
+                        f"{url}/v1/leases",
+                        json={"selector": {"pool": "tier"}, "ttlSeconds": 300, "target": "t0"},
+                        headers={"Authorization": f"Bearer {deployed.token}"},
+                    ) as response:
+                        if response.status == 409:
+                            return None
+                        assert response.status == 201, await response.text()
+                        grant: dict[str, Any] = await response.json()
+                        return grant
+
+                leases = [await wait_for(first_lease, timeout=120, interval=1)]
+                for index in range(1, 10):
+                    async with session.post(
+                        f"{url}/v1/leases",
+                        json={
+                            "selector": {"pool": "tier"},
+                            "ttlSeconds": 300,
+                            "target": f"t{index}",
+                        },
+                        headers={"Authorization": f"Bearer {deployed.token}"},
+                    ) as response:
+                        assert response.status == 201, await response.text()
+                        leases.append(await response.json())
+                deployed.kubectl(
+                    "-n", NAMESPACE, "rollout", "restart", "deployment/egress-proxies-discovery"
+                )
+                deployed.kubectl(
+                    "-n",
+                    NAMESPACE,
+                    "rollout",
+                    "status",
+                    "deployment/egress-proxies-discovery",
+                    "--timeout=300s",
+                )
+                renewed = 0
+                for lease in leases:
+                    async with session.post(
+                        f"{url}/v1/leases/{lease['leaseId']}/renew",
+                        json={"ttlSeconds": 300},
+                        headers={"Authorization": f"Bearer {deployed.token}"},
+                    ) as response:
+                        assert response.status in (200, 404), await response.text()
+                        renewed += response.status == 200
+                print("leases renewed after the restart:", renewed, "of", len(leases))
+                assert renewed == len(leases)
