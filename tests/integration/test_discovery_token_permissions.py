@@ -10,6 +10,7 @@ the child process runs without the capabilities that let root read any file
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_an_unreadable_token_file_is_logged_by_name_and_loads_nothing(tmp_path: 
     os.chown(tokens / "crawler", OTHER_USER, OTHER_USER)
     result = subprocess.run(
         [
-            "setpriv",
+            shutil.which("setpriv") or "/usr/bin/setpriv",
             "--bounding-set=-dac_override,-dac_read_search",
             sys.executable,
             "-c",
