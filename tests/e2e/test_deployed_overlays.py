@@ -1,14 +1,19 @@
 """deploy/'s optional overlays on a dev cluster: two operator shards, and the scaled-out tier.
 
-Each test runs a dev cluster of its own and applies the overlay as a user
-would (`kubectl apply -k`), with only the dev cluster's images swapped in.
-Claims bind through the dev cluster's default StorageClass, as on kind.
+The module runs a dev cluster of its own (the overlays install cluster-wide
+operators, which the session's operator tests must not meet). Each test
+applies its overlay as a user would (`kubectl apply -k`), with only the dev
+cluster's images swapped in, and uninstalls it afterwards: its Proxies'
+namespaces first, while the operators still finalize them, then the
+operator's namespace. Claims bind through the dev cluster's default
+StorageClass, as on kind.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +24,49 @@ from egress_proxies.kube import KubeClient
 from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 from harness.cluster import ClusterHandle, wait_for
-from harness.deploy import NAMESPACE, REPO, Deployed, deploy, write_dev_overlay
+from harness.deploy import NAMESPACE, REPO, Deployed, deploy, kubectl, write_dev_overlay
 from harness.operator import managed_proxy, proxy_path
 from harness.origins import serve_origin
 from tests.conftest import RESTRICTED, create_namespace, supervised_cluster
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
     with supervised_cluster(tmp_path_factory) as handle:
         yield handle
+
+
+@dataclass
+class Install:
+    """One test's install of an overlay, and the namespaces its Proxies live in."""
+
+    cluster: ClusterHandle
+    directory: Path
+    namespaces: list[str] = field(default_factory=list)
+
+    def apply(self, overlay: str) -> Deployed:
+        """deploy/OVERLAY with the dev cluster's images, until every Deployment is Available."""
+        written = write_dev_overlay(self.directory / "overlay", REPO / "deploy" / overlay)
+        return deploy(self.cluster.kubeconfig, written)
+
+    def uninstall(self) -> None:
+        """The Proxies' namespaces (finalized by the running operators), then the operators'."""
+        for namespace in [*self.namespaces, NAMESPACE]:
+            kubectl(
+                self.cluster.kubeconfig,
+                "delete",
+                "namespace",
+                namespace,
+                "--ignore-not-found",
+                "--timeout=300s",
+            )
+
+
+@pytest.fixture
+def install(own_cluster: ClusterHandle, tmp_path: Path) -> Iterator[Install]:
+    installed = Install(own_cluster, tmp_path)
+    yield installed
+    installed.uninstall()
 
 
 def claimed_directory(deployed: Deployed, claim: str) -> Path:
@@ -49,13 +87,13 @@ async def wait_ready(kube: KubeClient, namespace: str, name: str) -> dict[str, A
 
 
 async def test_each_shard_provisions_only_its_own_proxies(
-    own_cluster: ClusterHandle, tmp_path: Path, request: pytest.FixtureRequest
+    own_cluster: ClusterHandle, install: Install, request: pytest.FixtureRequest
 ) -> None:
-    overlay = write_dev_overlay(tmp_path / "overlay", REPO / "deploy" / "shards")
-    deployed = deploy(own_cluster.kubeconfig, overlay)
+    deployed = install.apply("shards")
     print(deployed.kubectl("-n", NAMESPACE, "get", "deployments,pods,pvc", "-o", "wide"))
     async with KubeClient(own_cluster.credentials) as kube:
         namespace = await create_namespace(kube, request, RESTRICTED)
+        install.namespaces.append(namespace)
         async with serve_origin(host=own_cluster.host_address) as origin:
             health = {
                 "url": origin.url,
@@ -78,10 +116,9 @@ async def test_each_shard_provisions_only_its_own_proxies(
 
 
 async def test_leases_in_the_scaled_out_tier_survive_its_rollout_restart(
-    own_cluster: ClusterHandle, tmp_path: Path, request: pytest.FixtureRequest
+    own_cluster: ClusterHandle, install: Install, request: pytest.FixtureRequest
 ) -> None:
-    overlay = write_dev_overlay(tmp_path / "overlay", REPO / "deploy" / "scale-out")
-    deployed = deploy(own_cluster.kubeconfig, overlay)
+    deployed = install.apply("scale-out")
     print(deployed.kubectl("-n", NAMESPACE, "get", "deployments,pods,svc", "-o", "wide"))
     service = json.loads(
         deployed.kubectl("-n", NAMESPACE, "get", "svc", "egress-proxies-discovery", "-o", "json")
@@ -89,6 +126,7 @@ async def test_leases_in_the_scaled_out_tier_survive_its_rollout_restart(
     url = f"http://{service['spec']['clusterIP']}:8090"
     async with KubeClient(own_cluster.credentials) as kube:
         namespace = await create_namespace(kube, request, RESTRICTED)
+        install.namespaces.append(namespace)
         async with serve_origin(host=own_cluster.host_address) as origin:
             health = {
                 "url": origin.url,
