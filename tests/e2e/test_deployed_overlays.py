@@ -3,10 +3,9 @@
 The module runs a dev cluster of its own (the overlays install cluster-wide
 operators, which the session's operator tests must not meet). Each test
 applies its overlay as a user would (`kubectl apply -k`), with only the dev
-cluster's images swapped in, and uninstalls it afterwards: its Proxies'
-namespaces first, while the operators still finalize them, then the
-operator's namespace. Claims bind through the dev cluster's default
-StorageClass, as on kind.
+cluster's images swapped in, and uninstalls it afterwards (the operators
+first, then its Proxies without finalizing them). Claims bind through the
+dev cluster's default StorageClass, as on kind.
 """
 
 from __future__ import annotations
@@ -50,16 +49,28 @@ class Install:
         return deploy(self.cluster.kubeconfig, written)
 
     def uninstall(self) -> None:
-        """The Proxies' namespaces (finalized by the running operators), then the operators'."""
-        for namespace in [*self.namespaces, NAMESPACE]:
-            kubectl(
-                self.cluster.kubeconfig,
-                "delete",
-                "namespace",
-                namespace,
-                "--ignore-not-found",
-                "--timeout=300s",
-            )
+        """Stop the operators, then drop the test's Proxies without their finalizers.
+
+        Finalizing each Proxy (a pulumi destroy) is what other tests check; here it
+        would only add minutes. The next install needs the operators' namespace gone.
+        """
+        config = self.cluster.kubeconfig
+        kubectl(config, "delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found")
+        kubectl(config, "-n", NAMESPACE, "delete", "pods", "--all", "--grace-period=0", "--force")
+        for namespace in self.namespaces:
+            for proxy in kubectl(config, "-n", namespace, "get", "proxies", "-o", "name").split():
+                kubectl(
+                    config,
+                    "-n",
+                    namespace,
+                    "patch",
+                    proxy,
+                    "--type=merge",
+                    "-p",
+                    '{"metadata":{"finalizers":null}}',
+                )
+            kubectl(config, "delete", "namespace", namespace, "--wait=false")
+        kubectl(config, "wait", "--for=delete", f"namespace/{NAMESPACE}", "--timeout=300s")
 
 
 @pytest.fixture
