@@ -355,8 +355,14 @@ async def _interrupt_an_up(
         proxy_path(crawl_namespace), managed_proxy("interrupted", healthCheck=health)
     )
 
+    # This Proxy's own lock: an earlier test's namespace may still be finalizing its stacks.
+    stack = f"{crawl_namespace}.interrupted"
+
+    def own_locks() -> list[Path]:
+        return [p for p in locks(backend) if p.parent.name == stack]
+
     async def up_running() -> list[Path]:
-        return locks(backend)
+        return own_locks()
 
     held = await wait_for(up_running, timeout=120, interval=0.05)
     print("lock held during up:", [str(p.relative_to(backend.root)) for p in held])
@@ -385,7 +391,7 @@ async def _interrupt_an_up(
     assert len(stacks) == 1
     state = backend.read(stacks[0])
     assert state is not None and state.pending_operations == 0
-    assert not locks(backend)
+    assert not own_locks()
     pods = await own_kube.get(f"/api/v1/namespaces/{crawl_namespace}/pods")
     squid = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
     assert len(squid) == 1, [p["metadata"]["name"] for p in squid]
