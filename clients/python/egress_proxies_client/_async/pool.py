@@ -1,0 +1,312 @@
+"""AsyncPool and AsyncLease: the one source of both faces of the client.
+
+`_sync/pool.py` (Pool and Lease) is generated from this file by
+`clients/python/scripts/generate_sync.py`: edit here, then run it. Names map as
+AsyncPool → Pool, AsyncLease → Lease, httpx.AsyncClient → httpx.Client,
+aclose → close, TaskReporter → ThreadReporter, ASYNC_SLEEP → SLEEP, and
+`async`/`await` go.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from egress_proxies_client.backoff import Backoff
+from egress_proxies_client.errors import EgressProxiesError, LeaseEndedError, ProxyBannedError
+from egress_proxies_client.lease_view import (
+    ASYNC_SLEEP,
+    DEFAULT_REPORT_BATCH,
+    DEFAULT_REPORT_INTERVAL,
+    DEFAULT_TIMEOUT,
+    DEFAULT_TTL,
+    DEFAULT_WAIT,
+    AsyncSleep,
+    LeaseView,
+    give_up,
+    logger,
+    query_of,
+)
+from egress_proxies_client.pacing import OkBatch, Pace
+from egress_proxies_client.policy import BanPolicy, Classification, Verdict
+from egress_proxies_client.reporting import TaskReporter
+from egress_proxies_client.wire import (
+    Grant,
+    ProxyInfo,
+    grant_of,
+    lease_body,
+    no_match_of,
+    pace_of,
+    proxies_of,
+    raise_for,
+    report_body,
+    unavailable,
+)
+
+
+class AsyncLease(LeaseView):
+    """A proxy held from its pool until released or expired."""
+
+    def __init__(self, pool: AsyncPool, grant: Grant) -> None:
+        super().__init__(grant, pool.policy, pool._clock, pool._new_batch())
+        self._pool = pool
+
+    async def renew(self, ttl: int) -> None:
+        """Keep the proxy `ttl` seconds from now (sticky sessions); LeaseEndedError once over."""
+        self._regranted(await self._pool.renew(self._grant.lease_id, ttl))
+
+    async def wait_turn(self) -> None:
+        """Wait until this lease may send its next request at its pace."""
+        delay = self._bucket.reserve(self._clock())
+        if delay > 0:
+            await self._pool._sleep(delay)
+
+    async def observe(
+        self, status: int, headers: Mapping[str, str], body: str | bytes = b""
+    ) -> Classification | None:
+        """Count an accepted response (reported in a batch); report a rate limit at once.
+
+        Returns None when accepted, the rate limit's classification when refused
+        (send the request again after `wait_turn`); raises ProxyBannedError on a ban.
+        """
+        classification = self._policy.classify_response(status, headers, body)
+        if classification is None:
+            self.accepted()
+        elif classification.verdict is Verdict.BANNED:
+            raise ProxyBannedError(classification.reason)
+        else:
+            await self.rate_limited(classification.reason, classification.retry_after)
+        return classification
+
+    def accepted(self, count: int = 1) -> None:
+        """Count requests the site accepted; they are reported in the next batch."""
+        self._pool._paced.add(self)
+        if self._batch.add(count):
+            self._pool._reporter.wake()
+        else:
+            self._pool._reporter.touch()
+
+    async def rate_limited(self, reason: str, retry_after: float | None = None) -> None:
+        """The site rate-limited a request: wait out its Retry-After, report it at once."""
+        if retry_after:
+            self._bucket.pause(retry_after, self._clock())
+        await self.report(Verdict.RATE_LIMITED, reason, retry_after=retry_after)
+
+    async def _flush(self, *, force: bool = False) -> None:
+        """Report the ok count if due (`force`: whatever is pending)."""
+        count = self._batch.take(self._clock(), force=force)
+        if count:
+            try:
+                pace = await self._pool.report(self._grant.lease_id, Verdict.OK, count=count)
+                self._repaced(pace)
+            except LeaseEndedError:
+                self._pool._paced.discard(self)
+            except EgressProxiesError as error:
+                self._batch.put_back(count)
+                logger.warning("could not report %d ok on %s: %s", count, self.proxy_key, error)
+
+    async def report(
+        self,
+        result: Verdict | str,
+        reason: str | None = None,
+        *,
+        target: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Tell the API how the proxy fared (ok, rate_limited, banned) and why."""
+        pace = await self._pool.report(self._grant.lease_id, result, reason, target, retry_after)
+        self._repaced(pace)
+        logger.info("reported %s (%s) on %s", Verdict(result).value, reason, self.proxy_key)
+
+    async def release(self) -> None:
+        """Report the ok counts still pending, then end the lease now (idempotent)."""
+        if not self.ended:
+            self._pool._paced.discard(self)
+            await self._flush(force=True)
+            await self._pool.release(self._grant.lease_id)
+            self.ended = True
+            self._pool._held -= 1
+
+
+class AsyncPool:
+    """The discovery API for one token: leases, reports, the pace of each lease."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        *,
+        policy: BanPolicy | None = None,
+        backoff: Backoff | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        sleep: AsyncSleep = ASYNC_SLEEP,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        report_interval: float = DEFAULT_REPORT_INTERVAL,
+        report_batch: int = DEFAULT_REPORT_BATCH,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.policy = policy or BanPolicy()
+        self.backoff = backoff or Backoff()
+        self._report_interval, self._report_batch = report_interval, report_batch
+        self._paced: set[AsyncLease] = set()
+        self._reporter = TaskReporter(report_interval, self._flush_all)
+        self._http = httpx.AsyncClient(
+            base_url=self.api_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            trust_env=False,
+        )
+        self._sleep, self._clock = sleep, clock
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
+        self._held = 0
+
+    async def proxies(
+        self, selector: Mapping[str, str] | None = None, healthy: bool | None = None
+    ) -> list[ProxyInfo]:
+        """GET /v1/proxies filtered by attributes and health."""
+        payload = await self._send("GET", "/v1/proxies", None, params=query_of(selector, healthy))
+        return proxies_of(payload)
+
+    async def acquire(
+        self,
+        selector: Mapping[str, str] | None = None,
+        target: str | None = None,
+        ttl: int = DEFAULT_TTL,
+        wait: float = DEFAULT_WAIT,
+    ) -> AsyncLease:
+        """Lease a proxy, waiting on 409s as the server's Retry-After says, up to `wait`."""
+        started = self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            body = lease_body(selector or {}, target, ttl)
+            response = await self._request("POST", "/v1/leases", body)
+            if response.status_code != 409:
+                raise_for(response)
+                self._held += 1
+                lease = AsyncLease(self, grant_of(response.json()))
+                logger.info("leased %r", lease)
+                return lease
+            counts = no_match_of(response)
+            elapsed = self._clock() - started
+            delay = self.backoff.next_wait(
+                counts.retry_after, attempt - 1, wait - elapsed, self._rng
+            )
+            if delay is None:
+                raise give_up(counts, attempt, elapsed)
+            await self._sleep(delay)
+
+    @asynccontextmanager
+    async def lease(
+        self,
+        selector: Mapping[str, str] | None = None,
+        target: str | None = None,
+        ttl: int = DEFAULT_TTL,
+        wait: float = DEFAULT_WAIT,
+    ) -> AsyncIterator[AsyncLease]:
+        """A lease for the `with` block: a ban raised inside is reported, then always released."""
+        held = await self.acquire(selector, target, ttl, wait)
+        try:
+            yield held
+        except BaseException as error:
+            classification = self.policy.classify_exception(error)
+            if classification is not None:
+                await _report_quietly(held, classification)
+            raise
+        finally:
+            await held.release()
+
+    async def aclose(self) -> None:
+        """Report pending ok counts, then close the connections (leases stay held to their TTL)."""
+        await self._reporter.stop()
+        for lease in list(self._paced):
+            await lease._flush(force=True)
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPool:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.api_url} [leases: {self._held} held]>"
+
+    async def renew(self, lease_id: str, ttl: int) -> Grant:
+        """Renew a lease by id (the CLI's; code holding a lease calls its `renew`)."""
+        body = {"ttlSeconds": ttl}
+        return grant_of(await self._send("POST", f"/v1/leases/{lease_id}/renew", body, lease=True))
+
+    async def report(
+        self,
+        lease_id: str,
+        result: Verdict | str,
+        reason: str | None = None,
+        target: str | None = None,
+        retry_after: float | None = None,
+        *,
+        count: int = 1,
+    ) -> Pace | None:
+        """Report on a lease by id; the lease's pace after it (None from an unpacing server)."""
+        body = report_body(Verdict(result).value, reason, target, retry_after, count)
+        path = f"/v1/leases/{lease_id}/report"
+        return pace_of(await self._send("POST", path, body, lease=True))
+
+    async def release(self, lease_id: str) -> None:
+        """Release a lease by id (idempotent)."""
+        await self._send("DELETE", f"/v1/leases/{lease_id}", None, lease=True)
+
+    def _new_batch(self) -> OkBatch:
+        return OkBatch(self._report_interval, self._report_batch, self._clock())
+
+    async def _flush_all(self) -> None:
+        for lease in list(self._paced):
+            await lease._flush()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        *,
+        lease: bool = False,
+        params: Mapping[str, str] | None = None,
+    ) -> Any:
+        response = await self._request(method, path, body, params)
+        raise_for(response, lease_route=lease)
+        return response.json() if response.content else None
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            return await self._http.request(method, path, json=body, params=params)
+        except httpx.HTTPError as error:
+            raise unavailable(error) from None
+
+
+async def _report_quietly(lease: AsyncLease, classification: Classification) -> None:
+    try:
+        await lease.report(
+            classification.verdict,
+            classification.reason,
+            retry_after=classification.retry_after,
+        )
+    except Exception:  # the crawler's own exception is the one to surface
+        logger.warning("could not report %s on %s", classification.reason, lease.proxy_key)
