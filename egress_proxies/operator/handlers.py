@@ -421,7 +421,9 @@ async def _remove_instance(
 ) -> None:
     """Delete a dead pod (this incarnation only) and wait until its name is free again.
 
-    After `_POD_GONE_TIMEOUT` it logs a warning and returns; the caller goes on to `up`.
+    After `_POD_GONE_TIMEOUT` it logs a warning naming the Proxy and the pod
+    and returns; the caller goes on to `up`, which refreshes first and so
+    reads the pod as it then is.
     """
     c.instances.retire(view.uid, instance.key)
     path = _pod_path(instance.instance_id)
@@ -440,7 +442,8 @@ async def _remove_instance(
             return
         await c.clock.sleep(0.5)
     logger.warning(
-        "%s/%s: pod %s (uid %s) still there after %.0f s; running up anyway",
+        "%s/%s: gave up waiting for the replaced pod %s (uid %s) to be deleted after %.0f s; "
+        "running up anyway",
         view.namespace,
         view.name,
         instance.instance_id,

@@ -383,6 +383,7 @@ async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
     assert 30 <= shell.clock.monotonic() < 31, "it gave up after the 30 s wait"
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "crawl/p1" in warning and "pods/crawl/proxy-uid-1" in warning
+    assert "waiting for the replaced pod" in warning and "to be deleted after 30 s" in warning
 
 
 SHARD_A = Shard("a", parse_selector("shard=a"))
