@@ -393,16 +393,19 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
         await _record(c, kopf_body, patch, decision)
     claim = shard_rules.claim(c.shard, meta.get("annotations") or {})
     if claim is not None:
-        state = c.runner.state(stack_name(view.namespace, view.name))
-        holds = state is not None and bool(
-            stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID)
-        )
+        holds = _stack_holds_instance(c, view)
         for key, value in claim.annotations(stack_holds_instance=holds).items():
             patch.metadata.annotations[key] = value
     if decision.permanent:
         raise kopf.PermanentError(decision.failure)
     if decision.retry_after is not None:
         c.requeue.after(view.namespace, view.name, decision.retry_after)
+
+
+def _stack_holds_instance(c: Components, view: machine.ProxyView) -> bool:
+    """Whether this operator's stack of the Proxy now records an instance."""
+    state = c.runner.state(stack_name(view.namespace, view.name))
+    return state is not None and bool(stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID))
 
 
 async def _record(
