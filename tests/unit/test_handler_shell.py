@@ -500,11 +500,12 @@ async def test_a_proxys_walk_from_kopf_event_to_status_write_enters_handlers_py_
         ):
             entries.append(frame.f_code.co_name)
 
+    previous = sys.getprofile()
     sys.setprofile(count)
     try:
         patch = await walk(registry, sharded_proxy(FINALIZER, SHARD_A.finalizer))
     finally:
-        sys.setprofile(None)
+        sys.setprofile(previous)
 
     assert entries == ["proxy_event", "reconcile"]
     assert shell.components.fleet.proxy("crawl", "p1") is not None
