@@ -3,7 +3,9 @@
 Registered on an explicit registry (no module-level decorators), with every
 dependency passed in as `Components`. Nothing here decides: `reconcile.py`
 returns the whole `Decision` (status, annotations, Events, the stack
-operation, the retry), and `reconcile_proxy` / `delete_proxy` carry it out.
+operation, the retry), and `reconcile_proxy` / `delete_proxy` carry it out;
+the shard rules (`shard.py`), the cloud-init rules (`cloud_init.py`) and the
+kopf filters (`filters.py`) are pure functions the handlers ask the same way.
 """
 
 from __future__ import annotations
@@ -36,19 +38,21 @@ from egress_proxies.model import (
     SPEC_HASH_ANNOTATION,
     UID_LABEL,
     VERSION,
-    Mode,
     ProviderName,
     ProxySpec,
     ProxyStatus,
     with_squid_image,
 )
+from egress_proxies.operator import cloud_init
 from egress_proxies.operator import reconcile as machine
+from egress_proxies.operator import shard as shard_rules
 from egress_proxies.operator.backoff import RetryPolicy
 from egress_proxies.operator.credentials import (
     credentials_secret_name,
     delete_credentials,
     ensure_credentials,
 )
+from egress_proxies.operator.filters import managed_and_owned_by, owned_by
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.ports import ApiClient, Stacks, StatusSink
 from egress_proxies.operator.reconcile import (
@@ -56,7 +60,7 @@ from egress_proxies.operator.reconcile import (
     RECONCILE_REQUEST_ANNOTATION,
 )
 from egress_proxies.operator.requeue import Requeue
-from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
+from egress_proxies.operator.shard import Shard
 from egress_proxies.operator.status import regarding, status_of
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod
@@ -71,8 +75,6 @@ from egress_proxies.telemetry.tracing import Spans
 
 logger = logging.getLogger(__name__)
 
-CLOUD_INIT_KEY = "user-data"
-CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
 # Touched to make kopf run the update handlers: the pod watch saw the instance
 # change, or a retry is due (see operator/requeue.py).
 INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"
@@ -148,8 +150,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, c.shard.finalizer if c.shard else FINALIZER)
 
-    def owned(labels: kopf.Labels, **_: Any) -> bool:
-        return c.shard is None or c.shard.owns(labels)
+    owned = owned_by(c.shard)
 
     # Every handler that touches the fleet is async: kopf runs sync handlers in
     # worker threads, and the fleet is read on the event loop without locks.
@@ -166,7 +167,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             except StoreUnavailableError as error:
                 # The finalizer's delete handler ended them already, or retries until it does.
                 logger.warning("proxy %s gone, its leases not ended yet: %s", meta["name"], error)
-        elif owned(body.get("metadata", {}).get("labels") or {}):
+        elif shard_rules.selects(c.shard, meta.get("labels") or {}):
             c.fleet.put_proxy(dict(body))
         else:
             await _release(c, body)
@@ -188,9 +189,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
     # Only a Managed Proxy has a stack to tear down; kopf puts its finalizer only
     # on objects that a delete handler matches, so External ones get none.
-    @kopf.on.delete(
-        *resource, registry=registry, when=lambda **kw: is_managed(**kw) and owned(**kw)
-    )
+    @kopf.on.delete(*resource, registry=registry, when=managed_and_owned_by(c.shard))
     async def delete(body: kopf.Body, **_: Any) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
@@ -220,19 +219,10 @@ def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> 
     async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
         await secret_event(event, body)
         meta = body["metadata"]
-        revision = meta.get("resourceVersion", "") if event["type"] != "DELETED" else "deleted"
-        for proxy in c.fleet.referencing_cloud_init(meta["namespace"], meta["name"]):
-            annotations = proxy["metadata"].get("annotations") or {}
-            if annotations.get(CLOUD_INIT_REVISION_ANNOTATION) == revision:
-                continue
-            # Touching an annotation makes kopf deliver an update to the Proxy's handlers.
-            pmeta = proxy["metadata"]
-            await annotate(
-                c.client,
-                PROXIES.path(pmeta["namespace"], pmeta["name"]),
-                CLOUD_INIT_REVISION_ANNOTATION,
-                revision,
-            )
+        revision = cloud_init.revision(event["type"], meta)
+        referencing = c.fleet.referencing_cloud_init(meta["namespace"], meta["name"])
+        for namespace, name in cloud_init.to_nudge(referencing, revision):
+            await touch(c, namespace, name, cloud_init.CLOUD_INIT_REVISION_ANNOTATION, revision)
 
 
 def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> None:
@@ -252,64 +242,47 @@ def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> 
 
 
 async def _release(c: Components, body: kopf.Body) -> None:
-    """A Proxy this shard does not select: stop handling it; forget its stack once another owns it.
-
-    The stack is kept (and the Proxy left unreconciled) until the new shard
-    records itself as owner, so a move to a shard that is not running loses
-    nothing; `forget` leaves the resources to the new owner's stack.
-    """
+    """A Proxy this shard does not select: carry out `shard.release`."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    if c.fleet.proxy(namespace, name) is not None:
+    stack = stack_name(namespace, name)
+    release = shard_rules.release(
+        c.shard,
+        meta.get("annotations") or {},
+        handled=c.fleet.proxy(namespace, name) is not None,
+        has_stack=c.runner.state(stack) is not None,
+    )
+    if release.stop_handling:
         logger.info("%s/%s is no longer selected by this shard; releasing it", namespace, name)
         c.fleet.remove_proxy(namespace, name)
         c.writer.forget(namespace, name)
         c.instances.forget_proxy(meta["uid"])
         c.requeue.cancel(namespace, name)
-    owner = (meta.get("annotations") or {}).get(OWNER_ANNOTATION)
-    stack = stack_name(namespace, name)
-    if c.shard and owner and owner != c.shard.name and c.runner.state(stack) is not None:
+    if release.forget_stack_for is not None:
         logger.warning(
-            "stack %s: shard %s owns %s/%s now; forgetting", stack, owner, namespace, name
+            "stack %s: shard %s owns %s/%s now; forgetting",
+            stack,
+            release.forget_stack_for,
+            namespace,
+            name,
         )
         await c.runner.forget(stack)
 
 
-def _claim(
-    c: Components, view: machine.ProxyView, body: Mapping[str, Any], patch: kopf.Patch
-) -> None:
-    """Record this shard as the owner of the Proxy's resources once its own stack holds them."""
-    if c.shard is None:
-        return
-    if (body["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION) == c.shard.name:
-        return
-    state = c.runner.state(stack_name(view.namespace, view.name))
-    if state is not None and stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID):
-        patch.metadata.annotations[OWNER_ANNOTATION] = c.shard.name
-
-
 async def _drop_unsharded_finalizer(c: Components, body: Mapping[str, Any]) -> None:
-    """Remove the unsharded operator's finalizer from a Proxy this shard holds with its own.
+    """Carry out `shard.finalizers_to_keep`, conditional on the resourceVersion.
 
-    Left by the operator a fleet was split from, no running operator would
-    ever remove it, and the Proxy could not be deleted. Conditional on the
-    resourceVersion: a conflict leaves it for the next run.
+    A conflict leaves it for the next run.
     """
     meta = body["metadata"]
-    finalizers = list(meta.get("finalizers") or [])
-    if c.shard is None or FINALIZER not in finalizers or c.shard.finalizer not in finalizers:
+    kept = shard_rules.finalizers_to_keep(c.shard, meta.get("finalizers") or [])
+    if kept is None:
         return
-    kept = [finalizer for finalizer in finalizers if finalizer != FINALIZER]
     patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
     try:
         await c.client.patch(PROXIES.path(meta["namespace"], meta["name"]), patch)
     except (NotFoundError, ConflictError):
         return
-
-
-def is_managed(spec: kopf.Spec, **_: Any) -> bool:
-    """Whether a Proxy is provisioned by the operator (its spec.mode is not External)."""
-    return spec.get("mode") != Mode.EXTERNAL.value
 
 
 def _view(
@@ -376,14 +349,9 @@ async def _observe(
     ref = view.spec.cloud_init
     if ref is None:
         return observed
-    data = c.fleet.secret(view.namespace, ref.secret_ref.name)
-    if data is None or CLOUD_INIT_KEY not in data:
-        error = (
-            f"Secret {ref.secret_ref.name} with key {CLOUD_INIT_KEY!r} and label "
-            f"{CLOUD_INIT_LABEL}=true was not found in namespace {view.namespace}"
-        )
-        return dataclasses.replace(observed, cloud_init_error=error)
-    return dataclasses.replace(observed, cloud_init=data[CLOUD_INIT_KEY])
+    secret = ref.secret_ref.name
+    read = cloud_init.read(view.namespace, secret, c.fleet.secret(view.namespace, secret))
+    return dataclasses.replace(observed, cloud_init=read.text, cloud_init_error=read.error)
 
 
 async def _instance(
@@ -423,11 +391,21 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
             await _remove_instance(c, view, decision.replace_instance)
         decision = await _up(c, body, replace(view, status=decision.status), observed, decision)
         await _record(c, kopf_body, patch, decision)
-    _claim(c, view, body, patch)
+    claim = shard_rules.claim(c.shard, meta.get("annotations") or {})
+    if claim is not None:
+        holds = _stack_holds_instance(c, view)
+        for key, value in claim.annotations(stack_holds_instance=holds).items():
+            patch.metadata.annotations[key] = value
     if decision.permanent:
         raise kopf.PermanentError(decision.failure)
     if decision.retry_after is not None:
         c.requeue.after(view.namespace, view.name, decision.retry_after)
+
+
+def _stack_holds_instance(c: Components, view: machine.ProxyView) -> bool:
+    """Whether this operator's stack of the Proxy now records an instance."""
+    state = c.runner.state(stack_name(view.namespace, view.name))
+    return state is not None and bool(stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID))
 
 
 async def _record(
@@ -446,7 +424,9 @@ async def _remove_instance(
 ) -> None:
     """Delete a dead pod (this incarnation only) and wait until its name is free again.
 
-    After `_POD_GONE_TIMEOUT` it logs a warning and returns; the caller goes on to `up`.
+    After `_POD_GONE_TIMEOUT` it logs a warning naming the Proxy and the pod
+    and returns; the caller goes on to `up`, which refreshes first and so
+    reads the pod as it then is.
     """
     c.instances.retire(view.uid, instance.key)
     path = _pod_path(instance.instance_id)
@@ -465,7 +445,8 @@ async def _remove_instance(
             return
         await c.clock.sleep(0.5)
     logger.warning(
-        "%s/%s: pod %s (uid %s) still there after %.0f s; running up anyway",
+        "%s/%s: gave up waiting for the replaced pod %s (uid %s) to be deleted after %.0f s; "
+        "running up anyway",
         view.namespace,
         view.name,
         instance.instance_id,

@@ -24,7 +24,7 @@ from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
-from egress_proxies.operator.reconcile import set_condition
+from egress_proxies.operator.conditions import set_condition
 from egress_proxies.operator.status import Mutation
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -36,7 +35,6 @@ from egress_proxies.model import (
     PROVISIONED,
     SPEC_HASH_ANNOTATION,
     Backoff,
-    Condition,
     ConditionStatus,
     Mode,
     ProviderName,
@@ -45,11 +43,12 @@ from egress_proxies.model import (
     find_condition,
 )
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
+from egress_proxies.operator.conditions import replace_condition, set_condition
 from egress_proxies.operator.credentials import credentials_secret_name
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
-from egress_proxies.stacks.errors import ErrorClass
+from egress_proxies.stacks.errors import ErrorClass, summarize_error
 
 QUOTA_RETRY_SECONDS = 300.0
 CLOUD_INIT_RETRY_SECONDS = 30.0
@@ -152,10 +151,10 @@ def owned_status(current: ProxyStatus, decided: ProxyStatus) -> ProxyStatus:
     A new address means a new instance: its health is unknown until probed.
     """
     provisioned = find_condition(decided.conditions, PROVISIONED)
-    conditions = _replaced(current.conditions, PROVISIONED, provisioned)
+    conditions = replace_condition(current.conditions, PROVISIONED, provisioned)
     new_address = (decided.ip, decided.port) != (current.ip, current.port)
     if new_address:
-        conditions = _replaced(conditions, HEALTHY, None)
+        conditions = replace_condition(conditions, HEALTHY, None)
     return current.model_copy(
         update={
             "observed_generation": decided.observed_generation,
@@ -465,24 +464,6 @@ def after_failure(
     return Decision(Action.NONE, _observed(status, view), retry_after=delay)
 
 
-# Most telling first: a cause, then any error line; pulumi's output ends in summaries.
-_TELLING = (
-    re.compile(r"is forbidden|permission denied|access denied|exceeded|quota", re.IGNORECASE),
-    re.compile(r"invalid|not found", re.IGNORECASE),
-    re.compile(r"error:", re.IGNORECASE),
-)
-
-
-def summarize_error(text: str) -> str:
-    """The line of a pulumi failure worth showing in a condition."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for pattern in _TELLING:
-        telling = [line for line in lines if pattern.search(line)]
-        if telling:
-            return telling[-1][:500]
-    return lines[-1][:500] if lines else "unknown error"
-
-
 def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> ProxyStatus:
     ip, port = outputs.get(stack_outputs.IP), outputs.get(stack_outputs.PORT)
     status = view.status.model_copy(
@@ -544,41 +525,3 @@ def _with_condition(
             )
         }
     )
-
-
-def set_condition(
-    conditions: list[Condition],
-    kind: str,
-    state: ConditionStatus,
-    *,
-    reason: str,
-    message: str,
-    now: str,
-    generation: int | None = None,
-) -> list[Condition]:
-    """The conditions with one type replaced (transition time kept when the status is unchanged)."""
-    previous = find_condition(conditions, kind)
-    since = previous.last_transition_time if previous and previous.status == state else now
-    updated = Condition(
-        type=kind,
-        status=state,
-        reason=reason,
-        message=message,
-        last_transition_time=since,
-        observed_generation=generation,
-    )
-    return _replaced(conditions, kind, updated)
-
-
-def _replaced(
-    conditions: list[Condition], kind: str, condition: Condition | None
-) -> list[Condition]:
-    """The conditions with the one of type `kind` replaced in place, appended, or (None) removed.
-
-    In place: a list that changes order but not content would be a status write for nothing.
-    """
-    kept = [c for c in conditions if c.type != kind]
-    if condition is None:
-        return kept
-    at = next((i for i, c in enumerate(conditions) if c.type == kind), len(conditions))
-    return [*conditions[:at], condition, *conditions[at + 1 :]]

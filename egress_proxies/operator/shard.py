@@ -18,6 +18,9 @@ A Proxy carries `crawl.example.com/owner-shard`: the shard whose stack holds
 its resources. A shard that no longer selects a Proxy stops reconciling it at
 once and forgets its stack (without destroying anything) when another shard
 has written its own name there, i.e. has taken the resources over.
+
+The rules a handler applies to one Proxy are pure functions here, from what
+it read to what to do: `selects`, `release`, `claim` and `finalizers_to_keep`.
 """
 
 from __future__ import annotations
@@ -69,6 +72,66 @@ class Shard:
     def peering(self, base: str) -> str:
         """This shard's kopf peering object name."""
         return f"{base}-{self.name}"
+
+
+def selects(shard: Shard | None, labels: Mapping[str, str] | None) -> bool:
+    """Whether this operator handles a Proxy with these labels (an unsharded one: all)."""
+    return shard is None or shard.owns(labels)
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a shard does with a Proxy its selector no longer picks."""
+
+    stop_handling: bool  # it was handled here until now: forget what is remembered of it
+    forget_stack_for: str | None = None  # the shard that took the resources over: forget ours
+
+
+def release(
+    shard: Shard | None,
+    annotations: Mapping[str, str],
+    *,
+    handled: bool,
+    has_stack: bool,
+) -> Release:
+    """Stop handling at once; forget the stack only once another shard has recorded itself owner.
+
+    Until then the stack is kept (and the Proxy left unreconciled), so a move
+    to a shard that is not running loses nothing.
+    """
+    owner = annotations.get(OWNER_ANNOTATION)
+    taken_over = shard is not None and bool(owner) and owner != shard.name and has_stack
+    return Release(stop_handling=handled, forget_stack_for=owner if taken_over else None)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """This shard's pending claim on a Proxy: it records itself owner once its stack holds it."""
+
+    owner: str
+
+    def annotations(self, *, stack_holds_instance: bool) -> dict[str, str]:
+        """The annotations to set: the owner once this shard's own stack holds the instance."""
+        return {OWNER_ANNOTATION: self.owner} if stack_holds_instance else {}
+
+
+def claim(shard: Shard | None, annotations: Mapping[str, str]) -> Claim | None:
+    """The claim still to make on a Proxy; None when unsharded or when it names this shard."""
+    if shard is None or annotations.get(OWNER_ANNOTATION) == shard.name:
+        return None
+    return Claim(shard.name)
+
+
+def finalizers_to_keep(shard: Shard | None, finalizers: Sequence[str]) -> list[str] | None:
+    """The finalizers without the unsharded operator's, on a Proxy this shard holds with its own.
+
+    Left by the operator a fleet was split from, that finalizer would never
+    be removed by a running operator and the Proxy could not be deleted.
+    None: nothing to remove.
+    """
+    if shard is None or FINALIZER not in finalizers or shard.finalizer not in finalizers:
+        return None
+    return [finalizer for finalizer in finalizers if finalizer != FINALIZER]
 
 
 def shard_from_flags(

@@ -109,7 +109,7 @@ def format_time(moment: float) -> str:
 
 
 class PoolController:
-    """Converges every ProxyPool; one `reconcile` call per pool per tick."""
+    """Converges every ProxyPool; one `converge` call per pool per tick."""
 
     def __init__(self, components: PoolComponents) -> None:
         self._c = components
@@ -129,7 +129,7 @@ class PoolController:
         self._expected.pop(f"{namespace}/{name}", None)
         self._written.pop(f"{namespace}/{name}", None)
 
-    async def reconcile(self, body: Mapping[str, Any], post_event: PostEvent) -> None:
+    async def converge(self, body: Mapping[str, Any], post_event: PostEvent) -> None:
         """One round for one pool."""
         self.rounds += 1
         meta = body["metadata"]

@@ -42,7 +42,7 @@ def register_pools(
         def post_event(kind: str, reason: str, message: str) -> None:
             events.record(pool, kind, reason, message)
 
-        await controller.reconcile(body, post_event)
+        await controller.converge(body, post_event)
 
     @kopf.on.event(*resource, registry=registry)
     async def pool_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:

@@ -20,6 +20,7 @@ several ways, the class that retries sooner wins (transient before quota
 before permanent): the retry then surfaces the remaining error alone.
 Authentication failures (401, token exchange errors) stay transient:
 credentials rotate, and a latched Failed phase would need a spec edit to clear.
+`summarize_error` picks from the same text the one line a condition shows.
 """
 
 from __future__ import annotations
@@ -130,3 +131,21 @@ def classify(error_text: str) -> ErrorClass:
         if rule.pattern.search(error_text):
             return rule.error_class
     return ErrorClass.TRANSIENT
+
+
+# Most telling first: a cause, then any error line; pulumi's output ends in summaries.
+_TELLING = (
+    re.compile(r"is forbidden|permission denied|access denied|exceeded|quota", re.IGNORECASE),
+    re.compile(r"invalid|not found", re.IGNORECASE),
+    re.compile(r"error:", re.IGNORECASE),
+)
+
+
+def summarize_error(text: str) -> str:
+    """The line of a failed pulumi operation's text worth showing in a condition."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for pattern in _TELLING:
+        telling = [line for line in lines if pattern.search(line)]
+        if telling:
+            return telling[-1][:500]
+    return lines[-1][:500] if lines else "unknown error"

@@ -29,8 +29,8 @@ from egress_proxies.model import (
     ProxyStatus,
 )
 from egress_proxies.operator import reconcile as machine
+from egress_proxies.operator.conditions import set_condition
 from egress_proxies.operator.readiness import summarize
-from egress_proxies.operator.reconcile import set_condition
 from egress_proxies.pool_model import ProxyPoolSpec
 from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.plan import Member, plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from pulumi.automation import CommandError, CommandResult
 
-from egress_proxies.stacks.errors import ErrorClass, classify
+from egress_proxies.stacks.errors import ErrorClass, classify, summarize_error
 from egress_proxies.stacks.programs.errors import PermanentProgramError
 
 
@@ -274,3 +274,14 @@ def test_a_retryable_error_wins_over_a_permanent_one_in_the_same_run() -> None:
     assert classify(pulumi_failure("gcp:compute:Instance", GCP_QUOTA[0]) + forbidden) is (
         ErrorClass.QUOTA
     )
+
+
+def test_a_failure_summary_names_the_cause_not_pulumis_trailer() -> None:
+    text = (
+        "Updating (crawl.p1):\n"
+        '  kubernetes:core/v1:Pod squid creating (0s) error: pods "proxy-x" is forbidden: '
+        'User "system:serviceaccount:ns:op" cannot patch resource "pods"\n'
+        "Resources:\n    2 errored\n\nDuration: 1s\n stderr:\n"
+    )
+    assert "is forbidden" in summarize_error(text)
+    assert summarize_error("") == "unknown error"

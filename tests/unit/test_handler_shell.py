@@ -12,27 +12,39 @@ import asyncio
 import copy
 import datetime
 import logging
+import sys
+import types
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 import kopf
 import pytest
+from kopf._cogs.structs.references import Resource
+from kopf._core.actions.invocation import invoke
+from kopf._core.intents.causes import ChangingCause, WatchingCause
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import ManualClock
 from egress_proxies.kube import NotFoundError
+from egress_proxies.kube.selectors import parse_selector
 from egress_proxies.model import (
+    FINALIZER,
+    GROUP,
+    KIND,
     PERMANENT_ERROR,
+    PLURAL,
     PROVISIONED,
     SPEC_HASH_ANNOTATION,
+    VERSION,
     ConditionStatus,
     ProviderName,
     ProxySpec,
     ProxyStatus,
     find_condition,
 )
+from egress_proxies.operator import handlers
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.backoff import RetryPolicy
 from egress_proxies.operator.credentials import credentials_secret_name
@@ -41,10 +53,12 @@ from egress_proxies.operator.handlers import (
     _remove_instance,
     delete_proxy,
     reconcile_proxy,
+    register,
 )
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.ports import JsonObject
 from egress_proxies.operator.requeue import Requeue
+from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.providers.pods import pod_instance_id
 from egress_proxies.stacks import outputs as stack_outputs
@@ -369,3 +383,131 @@ async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
     assert 30 <= shell.clock.monotonic() < 31, "it gave up after the 30 s wait"
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "crawl/p1" in warning and "pods/crawl/proxy-uid-1" in warning
+    assert "waiting for the replaced pod" in warning and "to be deleted after 30 s" in warning
+
+
+SHARD_A = Shard("a", parse_selector("shard=a"))
+
+
+def sharded_proxy(*finalizers: str, **annotations: str) -> JsonObject:
+    body = proxy(GCE, **annotations)
+    body["metadata"] |= {
+        "labels": {"shard": "a"},
+        "finalizers": list(finalizers),
+        "resourceVersion": "7",
+    }
+    return body
+
+
+async def test_a_shard_claims_a_proxy_its_up_took_over(shell: Shell) -> None:
+    shell.components.shard = SHARD_A
+
+    patch = await shell.reconcile(sharded_proxy(**{OWNER_ANNOTATION: "b"}))
+
+    assert patch.metadata.annotations[OWNER_ANNOTATION] == "a"
+
+
+async def test_a_shard_drops_the_unsharded_finalizer_beside_its_own(shell: Shell) -> None:
+    shell.components.shard = SHARD_A
+
+    await shell.reconcile(sharded_proxy(FINALIZER, SHARD_A.finalizer))
+
+    assert ("patch", "/apis/crawl.example.com/v1alpha1/namespaces/crawl/proxies/p1") in (
+        shell.api.writes
+    )
+
+
+async def test_a_proxy_moved_to_another_shard_is_released_and_its_stack_forgotten(
+    shell: Shell,
+) -> None:
+    registry = kopf.OperatorRegistry()
+    shell.components.shard = SHARD_A
+    register(registry, shell.components)
+    await walk(registry, sharded_proxy())
+    moved = sharded_proxy(**{OWNER_ANNOTATION: "b"})
+    moved["metadata"]["labels"] = {"shard": "b"}
+
+    await walk(registry, moved, "MODIFIED")
+
+    assert shell.stacks.calls[-1] == ("forget", "crawl.p1", False)
+    assert shell.status.latest("crawl", "p1", "uid-1") is None
+    assert shell.components.fleet.proxy("crawl", "p1") is None
+
+
+PROXY_RESOURCE = Resource(GROUP, VERSION, PLURAL, kind=KIND, namespaced=True)
+
+
+async def walk(
+    registry: kopf.OperatorRegistry,
+    raw: JsonObject,
+    event_type: Literal["ADDED", "MODIFIED"] = "ADDED",
+) -> kopf.Patch:
+    """One Proxy event through kopf's own matching: the event handlers, then a creation.
+
+    As kopf's processing does: the watching handlers whose filters match,
+    the deletion handlers' filters (does the object need the finalizer?),
+    then the changing handlers of the cause's reason whose filters match.
+    Only an ADDED event is followed by the creation handlers.
+    """
+    raw_body = cast(kopf.RawBody, raw)
+    body, patch, logger = kopf.Body(raw_body), kopf.Patch(), logging.getLogger("walk")
+    common: dict[str, Any] = {
+        "logger": logger,
+        "indices": {},
+        "memo": kopf.Memo(),
+        "resource": PROXY_RESOURCE,
+        "patch": patch,
+        "body": body,
+    }
+    raw_event: kopf.RawEvent = {"type": event_type, "object": raw_body}
+    event = WatchingCause(**common, type=event_type, event=raw_event)
+    for handler in registry._watching.iter_handlers(event):
+        await invoke(handler.fn, kwargsrc=event)
+    if event_type != "ADDED":
+        return patch
+    creation = ChangingCause(**common, initial=False, reason=kopf.Reason.CREATE)
+    registry._changing.requires_finalizer(creation)
+    for changing in list(registry._changing.iter_handlers(creation)):
+        await invoke(changing.fn, kwargsrc=creation)
+    return patch
+
+
+@pytest.mark.parametrize("shard", [None, SHARD_A], ids=["unsharded", "sharded"])
+async def test_a_proxys_walk_from_kopf_event_to_status_write_enters_handlers_py_twice(
+    shell: Shell, shard: Shard | None
+) -> None:
+    """Control passes into handlers.py once per kopf handler: the event's, then the creation's.
+
+    Checked with sys.setprofile over kopf's own matching and invocation
+    (`walk`): a 'call' of a frame in handlers.py whose caller is not in
+    handlers.py is one entry (so is a suspended coroutine resumed by the
+    loop). The filters kopf calls (`filters.py`) and the rules the handlers
+    ask (`reconcile.py`, `shard.py`, `cloud_init.py`) live elsewhere, so a
+    decision taken back in the shell between them would show as an entry.
+    """
+    registry = kopf.OperatorRegistry()
+    shell.components.shard = shard
+    register(registry, shell.components)
+    shell_file = handlers.__file__
+    entries: list[str] = []
+
+    def count(frame: types.FrameType, what: str, arg: object) -> None:
+        caller = frame.f_back
+        if (
+            what == "call"
+            and frame.f_code.co_filename == shell_file
+            and (caller is None or caller.f_code.co_filename != shell_file)
+        ):
+            entries.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(count)
+    try:
+        patch = await walk(registry, sharded_proxy(FINALIZER, SHARD_A.finalizer))
+    finally:
+        sys.setprofile(previous)
+
+    assert entries == ["proxy_event", "reconcile"]
+    assert shell.components.fleet.proxy("crawl", "p1") is not None
+    assert shell.status.provisioned("p1") == (ConditionStatus.TRUE.value, machine.CREATED)
+    assert (OWNER_ANNOTATION in patch.metadata.annotations) == (shard is not None)

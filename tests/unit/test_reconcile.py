@@ -9,7 +9,6 @@ import pytest
 from egress_proxies.model import (
     PERMANENT_ERROR,
     PROVISIONED,
-    ConditionStatus,
     Phase,
     ProxySpec,
     ProxyStatus,
@@ -219,31 +218,6 @@ def test_after_up_takes_the_address_from_the_outputs() -> None:
 def test_after_up_without_an_address_is_still_provisioning() -> None:
     status = machine.after_up(view(), {"ip": None, "port": 3128}, "crawl.p1", NOW).status
     assert provisioned(status) == ("False", machine.PROVISIONING)
-
-
-def test_transition_time_moves_only_when_the_condition_status_changes() -> None:
-    first = machine.set_condition(
-        [], PROVISIONED, ConditionStatus.FALSE, reason="A", message="", now=NOW
-    )
-    same = machine.set_condition(
-        first, PROVISIONED, ConditionStatus.FALSE, reason="B", message="", now=LATER
-    )
-    flipped = machine.set_condition(
-        same, PROVISIONED, ConditionStatus.TRUE, reason="C", message="", now=LATER
-    )
-    assert same[0].last_transition_time == NOW
-    assert flipped[0].last_transition_time == LATER
-
-
-def test_a_failure_summary_names_the_cause_not_pulumis_trailer() -> None:
-    text = (
-        "Updating (crawl.p1):\n"
-        '  kubernetes:core/v1:Pod squid creating (0s) error: pods "proxy-x" is forbidden: '
-        'User "system:serviceaccount:ns:op" cannot patch resource "pods"\n'
-        "Resources:\n    2 errored\n\nDuration: 1s\n stderr:\n"
-    )
-    assert "is forbidden" in machine.summarize_error(text)
-    assert machine.summarize_error("") == "unknown error"
 
 
 def test_an_instance_gone_from_its_provider_is_recreated_with_a_refresh_and_an_event() -> None:

@@ -9,7 +9,19 @@ import pytest
 from egress_proxies.cli import main
 from egress_proxies.kube.selectors import parse_selector
 from egress_proxies.model import FINALIZER, SHARD_LABEL
-from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir, shard_from_flags
+from egress_proxies.operator.shard import (
+    OWNER_ANNOTATION,
+    Claim,
+    Release,
+    Shard,
+    ShardError,
+    bind_state_dir,
+    claim,
+    finalizers_to_keep,
+    release,
+    selects,
+    shard_from_flags,
+)
 
 
 def test_no_shard_flags_mean_one_operator_owns_everything() -> None:
@@ -81,3 +93,48 @@ def test_an_unsharded_state_dir_can_become_a_shards_but_not_the_reverse(tmp_path
     a = shard_from_flags(None, "shard=a", [])
     bind_state_dir(tmp_path, a)
     assert (tmp_path / "shard").read_text() == "a\n"
+
+
+SHARD_A = Shard("a", parse_selector("shard=a"))
+
+
+def test_an_unsharded_operator_selects_every_proxy_and_a_shard_its_own() -> None:
+    assert selects(None, {}) and selects(None, {"shard": "b"})
+    assert selects(SHARD_A, {"shard": "a"}) and not selects(SHARD_A, {"shard": "b"})
+
+
+def test_a_released_proxy_keeps_its_stack_until_another_shard_owns_it() -> None:
+    unclaimed = release(SHARD_A, {}, handled=True, has_stack=True)
+    assert unclaimed == Release(stop_handling=True, forget_stack_for=None)
+    still_ours = release(SHARD_A, {OWNER_ANNOTATION: "a"}, handled=True, has_stack=True)
+    assert still_ours.forget_stack_for is None
+
+
+def test_a_proxy_another_shard_owns_has_its_stack_here_forgotten() -> None:
+    taken = release(SHARD_A, {OWNER_ANNOTATION: "b"}, handled=True, has_stack=True)
+    assert taken == Release(stop_handling=True, forget_stack_for="b")
+    nothing_here = release(SHARD_A, {OWNER_ANNOTATION: "b"}, handled=False, has_stack=False)
+    assert nothing_here == Release(stop_handling=False, forget_stack_for=None)
+
+
+def test_a_shard_claims_a_proxy_once_its_own_stack_holds_the_instance() -> None:
+    pending = claim(SHARD_A, {})
+    assert pending == Claim("a")
+    assert pending.annotations(stack_holds_instance=False) == {}
+    assert pending.annotations(stack_holds_instance=True) == {OWNER_ANNOTATION: "a"}
+    taken_from_b = claim(SHARD_A, {OWNER_ANNOTATION: "b"})
+    assert taken_from_b is not None
+    assert taken_from_b.annotations(stack_holds_instance=True) == {OWNER_ANNOTATION: "a"}
+
+
+def test_nothing_to_claim_when_unsharded_or_claimed_already() -> None:
+    assert claim(None, {}) is None
+    assert claim(SHARD_A, {OWNER_ANNOTATION: "a"}) is None
+
+
+def test_the_unsharded_finalizer_goes_only_beside_the_shards_own() -> None:
+    both = ["other", FINALIZER, SHARD_A.finalizer]
+    assert finalizers_to_keep(SHARD_A, both) == ["other", SHARD_A.finalizer]
+    assert finalizers_to_keep(SHARD_A, [FINALIZER]) is None
+    assert finalizers_to_keep(SHARD_A, [SHARD_A.finalizer]) is None
+    assert finalizers_to_keep(None, both) is None

@@ -18,7 +18,7 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator.reconcile import set_condition
+from egress_proxies.operator.conditions import set_condition
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pool_model import DRAINING_ANNOTATION
 
