@@ -1,8 +1,10 @@
 """The time seam: every component reads and waits on time only through a Clock.
 
-`SystemClock` is the real one, built once by the composition root and handed
-to the handlers, peering, GC, stack runner, lease store and health engine;
-`ManualClock` is virtual time for tests.
+`SystemClock` is the real one, built once by each composition root
+(`operator/app.py`, `tier/app.py`) and handed to every component that reads
+the time or waits; `ManualClock` is virtual time for tests. A Kubernetes
+timestamp is written with `k8s_time` (or `k8s_micro_time`) and read with
+`parse_k8s_time`, nowhere else: decisions compare timezone-aware datetimes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,32 @@ import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+# Kubernetes `Time` (RFC 3339, whole seconds, UTC) and `MicroTime` (microseconds).
+_K8S_TIME = "%Y-%m-%dT%H:%M:%SZ"
+_K8S_MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def k8s_time(moment: datetime) -> str:
+    """`moment` as a Kubernetes `Time`: UTC, the fraction of a second dropped."""
+    return moment.astimezone(UTC).strftime(_K8S_TIME)
+
+
+def k8s_micro_time(moment: datetime) -> str:
+    """`moment` as a Kubernetes `MicroTime` (Events, stamps that must change every call)."""
+    return moment.astimezone(UTC).strftime(_K8S_MICRO_TIME)
+
+
+def parse_k8s_time(stamp: str) -> datetime:
+    """A Kubernetes timestamp (`Time`, `MicroTime`, any RFC 3339 offset) as aware UTC.
+
+    A stamp without an offset (kopf's peering `lastseen`) is read as UTC.
+    Raises ValueError for text that is not a timestamp.
+    """
+    moment = datetime.fromisoformat(stamp)
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 class Clock(Protocol):
@@ -69,6 +97,7 @@ class ManualClock:
     ) -> None:
         self._now = start
         self._wall_offset = wall - timedelta(seconds=start)
+        self._epoch_offset = wall.timestamp() - start
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -80,13 +109,18 @@ class ManualClock:
         """How many `sleep()` calls are waiting."""
         return sum(not future.done() for _, _, future in self._sleepers)
 
+    @property
+    def next_wake(self) -> float | None:
+        """The virtual time the earliest waiting `sleep()` ends, None when none waits."""
+        return min((due for due, _, future in self._sleepers if not future.done()), default=None)
+
     def monotonic(self) -> float:
         """The virtual time."""
         return self._now
 
     def time(self) -> float:
         """The wall time matching the virtual time, as epoch seconds."""
-        return self.utcnow().timestamp()
+        return self._epoch_offset + self._now
 
     def utcnow(self) -> datetime:
         """The wall time matching the virtual time."""

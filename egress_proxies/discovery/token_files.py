@@ -10,10 +10,9 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery.auth import InvalidTokenSecretError, tokens_from_secret_data
 
 logger = logging.getLogger(__name__)
@@ -24,9 +23,9 @@ _RECHECK_SECONDS = 1.0
 class TokenDirectory:
     """A TokenSource over a directory of token files (hidden files are ignored)."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, clock: Clock | None = None) -> None:
         self._path = path
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._checked = -_RECHECK_SECONDS
         self._signature: tuple[tuple[str, int], ...] = ()
         self._tokens: frozenset[str] = frozenset()
@@ -36,7 +35,7 @@ class TokenDirectory:
 
     def __call__(self) -> frozenset[str]:
         """The tokens valid now; a broken file keeps the last good set (and is logged)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if now - self._checked < _RECHECK_SECONDS:
             return self._tokens
         self._checked = now

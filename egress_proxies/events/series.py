@@ -24,6 +24,8 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from egress_proxies.clock import k8s_micro_time, k8s_time
+
 SERIES_INTERVAL = 10.0  # seconds between two writes of one Event object
 IDLE_SECONDS = 600.0  # a written series quiet this long is forgotten
 MESSAGE_LIMIT = 1024  # the API server's limit on an Event's message
@@ -54,16 +56,6 @@ def event_name(regarding: Regarding, first: datetime.datetime) -> str:
     """An Event object's name: its object's, and the time of the first occurrence in hex ns."""
     nanoseconds = round(first.timestamp() * 1_000_000) * 1000
     return f"{regarding.name[:200]}.{nanoseconds:x}"
-
-
-def micro_time(moment: datetime.datetime) -> str:
-    """A Kubernetes MicroTime (eventTime, series.lastObservedTime)."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def whole_seconds(moment: datetime.datetime) -> str:
-    """A Kubernetes Time (firstTimestamp, lastTimestamp): whole seconds."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -101,8 +93,8 @@ class Series:
             "reason": self.reason,
             "action": self.reason,
             "message": self.message,
-            "eventTime": micro_time(self.first),
-            "firstTimestamp": whole_seconds(self.first),
+            "eventTime": k8s_micro_time(self.first),
+            "firstTimestamp": k8s_time(self.first),
             "source": {"component": component.rsplit("/", 1)[-1]},
             "reportingComponent": component,
             "reportingInstance": instance,
@@ -114,13 +106,15 @@ class Series:
 
         `count` and `lastTimestamp` repeat them for readers of the older Event fields.
         """
-        series = {"count": count, "lastObservedTime": micro_time(self.last)} if count > 1 else None
+        series = (
+            {"count": count, "lastObservedTime": k8s_micro_time(self.last)} if count > 1 else None
+        )
         return {
             "type": self.type,
             "message": self.message,
             "series": series,
             "count": count,
-            "lastTimestamp": whole_seconds(self.last),
+            "lastTimestamp": k8s_time(self.last),
         }
 
 

@@ -28,6 +28,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import Cluster, User, UserExec
 from lightkube.core.exceptions import ConfigError
 
+from egress_proxies.clock import Clock, SystemClock, parse_k8s_time
 from egress_proxies.kube.errors import KubeConfigError, TransportError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -267,7 +268,7 @@ def _exec_credential(command: str, stdout: bytes) -> ExecCredential:
             token=status.get("token"),
             certificate_pem=certificate.encode() if certificate else None,
             private_key_pem=key.encode() if key else None,
-            expiration=datetime.datetime.fromisoformat(expires) if expires else None,
+            expiration=parse_k8s_time(expires) if expires else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise TransportError(f"exec plugin {command} did not print an ExecCredential") from error
@@ -279,15 +280,16 @@ def _exec_credential(command: str, stdout: bytes) -> ExecCredential:
 class ExecAuth(httpx.Auth):
     """Bearer tokens from an exec plugin: run once, again when expired or refused (401)."""
 
-    def __init__(self, plugin: UserExec) -> None:
+    def __init__(self, plugin: UserExec, clock: Clock | None = None) -> None:
         self._plugin = plugin
+        self._clock = clock or SystemClock()
         self._issued: ExecCredential | None = None
 
     def _fresh(self) -> bool:
         if self._issued is None:
             return False
         expiration = self._issued.expiration
-        return expiration is None or expiration > datetime.datetime.now(datetime.UTC)
+        return expiration is None or expiration > self._clock.utcnow()
 
     async def async_auth_flow(
         self, request: httpx.Request

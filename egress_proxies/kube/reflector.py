@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.kube.client import JsonObject
 from egress_proxies.kube.errors import ApiError
 
@@ -116,14 +117,14 @@ class Reflector:
         *,
         label_selector: str | None = None,
         watch_timeout: int = 300,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
         self._path = path
         self._sink = sink
         self._label_selector = label_selector
         self._watch_timeout = watch_timeout
-        self._sleep = sleep
+        self._clock = clock or SystemClock()
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
         self.lists = 0
@@ -141,7 +142,7 @@ class Reflector:
         step = Step(Action.LIST, 0.0, INITIAL_BACKOFF)
         while True:
             if step.delay:
-                await self._sleep(step.delay)
+                await self._clock.sleep(step.delay)
             outcome: BaseException | None = None
             try:
                 if step.action is Action.LIST:

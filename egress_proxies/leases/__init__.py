@@ -41,7 +41,6 @@ from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.opening import open_lease_store
 from egress_proxies.leases.pace import Pace, PaceLimits, TargetBounds
 from egress_proxies.leases.store import (
-    Clock,
     InvalidTtlError,
     LeaseCounts,
     LeaseStore,
@@ -64,7 +63,6 @@ __all__ = [
     "LEASE_ID_PATTERN",
     "BanStorms",
     "CandidatePool",
-    "Clock",
     "InvalidTtlError",
     "Lease",
     "LeaseCounts",

@@ -1,6 +1,6 @@
 """The in-memory lease store: who holds which proxy until when, in one process.
 
-Time comes from an injected clock (seconds; `time.time` by default) and every
+Time comes from an injected clock (`Clock.time()`, wall seconds) and every
 operation first ends what the clock says is over, so a TTL is honoured on every
 read without a background sweeper: expiry deadlines sit in a heap and each
 operation pops the due ones, amortised O(log n). Ended leases are remembered for
@@ -15,12 +15,12 @@ from __future__ import annotations
 import heapq
 import sys
 import threading
-import time
 from dataclasses import replace
 from itertools import compress
 from operator import not_
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.leases.banstorm import BanStorms
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.cooldowns import Cooldowns
@@ -35,7 +35,7 @@ from egress_proxies.leases.lease import (
 )
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, Paces, handed_out
-from egress_proxies.leases.store import Clock, InvalidTtlError, LeaseCounts, RecordLookup
+from egress_proxies.leases.store import InvalidTtlError, LeaseCounts, RecordLookup
 
 
 class MemoryLeaseStore:
@@ -47,9 +47,9 @@ class MemoryLeaseStore:
     each, since an idle proxy, when there is one, always wins.
     """
 
-    def __init__(self, limits: LeaseLimits | None = None, *, clock: Clock = time.time) -> None:
+    def __init__(self, limits: LeaseLimits | None = None, *, clock: Clock | None = None) -> None:
         limits = limits or LeaseLimits()
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._max_ttl = limits.max_ttl
         self._lock = threading.Lock()
         self._cooldowns = Cooldowns(
@@ -80,7 +80,7 @@ class MemoryLeaseStore:
             # string is freed once nothing refers to it).
             target = sys.intern(target)
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             self._end_due(now)
             paused_until = None if target is None else self._storms.paused_until(target, now)
             full = None if paused_until is not None else self._target_full(pool, target, now)
@@ -191,7 +191,7 @@ class MemoryLeaseStore:
         """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""
         self._check_ttl(ttl_seconds)
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             self._end_due(now)
             lease = self._active.get(lease_id)
             if lease is None:
@@ -213,7 +213,7 @@ class MemoryLeaseStore:
     async def release(self, lease_id: LeaseId) -> None:
         """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             self._end_due(now)
             lease = self._active.get(lease_id)
             if lease is not None:
@@ -237,7 +237,7 @@ class MemoryLeaseStore:
         `count` is how many requests an `ok` report counts (it raises the pace).
         """
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             self._end_due(now)
             lease = self._active.get(lease_id) or self._ended.get(lease_id)
             if lease is None:
@@ -276,7 +276,7 @@ class MemoryLeaseStore:
     async def active_counts(self) -> dict[ProxyKey, int]:
         """Active leases per proxy, for proxies holding at least one."""
         with self._lock:
-            self._end_due(self._clock())
+            self._end_due(self._clock.time())
             return {key: len(leases) for key, leases in self._holders.items()}
 
     async def counts(self) -> LeaseCounts:
@@ -286,7 +286,7 @@ class MemoryLeaseStore:
     def last_counts(self) -> LeaseCounts:
         """The fleet-wide totals now (memory is always current)."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.time()
             self._end_due(now)
             return LeaseCounts(
                 leases=len(self._active),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from urllib.parse import urlsplit
 
+from egress_proxies.clock import Clock
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.memory_store import MemoryLeaseStore
-from egress_proxies.leases.store import Clock, LeaseStore
+from egress_proxies.leases.store import LeaseStore
 from egress_proxies.leases.urls import redact_url
 
 MEMORY = "memory"
@@ -22,7 +22,7 @@ def open_lease_store(
     prefix: str = DEFAULT_PREFIX,
     timeout: float = DEFAULT_TIMEOUT,
     limits: LeaseLimits | None = None,
-    clock: Clock = time.time,
+    clock: Clock | None = None,
 ) -> LeaseStore:
     """The store `url` names: memory for None or "memory", Redis for redis://, rediss://, unix://.
 

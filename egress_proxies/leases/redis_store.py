@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -30,6 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from egress_proxies.catalog import ProxyKey
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.lease import (
     Lease,
@@ -42,7 +42,6 @@ from egress_proxies.leases.lease import (
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, PaceState, handed_out
 from egress_proxies.leases.store import (
-    Clock,
     InvalidTtlError,
     LeaseCounts,
     RecordLookup,
@@ -93,10 +92,10 @@ class RedisLeaseStore:
         prefix: str,
         timeout: float,
         limits: LeaseLimits | None = None,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self._limits = limits = limits or LeaseLimits()
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._timeout = timeout
         self._where = f"{redact_url(url)} prefix {prefix!r}"
         self._base = f"{{{prefix}}}:"
@@ -162,7 +161,7 @@ class RedisLeaseStore:
         self._check_ttl(ttl_seconds)
         args = self._pool_args(pool)
         bounds = self._limits.pace.bounds_for(target)
-        now = self._clock()
+        now = self._clock.time()
         lease_id = new_lease_id()
         acquire = (
             repr(now),
@@ -214,7 +213,7 @@ class RedisLeaseStore:
         self._check_ttl(ttl_seconds)
         reply = await self._run(
             "renew",
-            repr(self._clock()),
+            repr(self._clock.time()),
             lease_id,
             str(ttl_seconds),
             self._window,
@@ -238,7 +237,7 @@ class RedisLeaseStore:
 
     async def release(self, lease_id: LeaseId) -> None:
         """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
-        await self._run("release", repr(self._clock()), lease_id, self._window)
+        await self._run("release", repr(self._clock.time()), lease_id, self._window)
 
     async def report(
         self,
@@ -254,7 +253,7 @@ class RedisLeaseStore:
         cap = "" if target is None else repr(pace.cap_for(pace.bounds_for(target)))
         reply = await self._run(
             "report",
-            repr(self._clock()),
+            repr(self._clock.time()),
             lease_id,
             result.value,
             target or "",
@@ -287,7 +286,7 @@ class RedisLeaseStore:
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
-        await self._run("forget", repr(self._clock()), key, self._window)
+        await self._run("forget", repr(self._clock.time()), key, self._window)
 
     async def active_counts(self) -> dict[ProxyKey, int]:
         """Active leases per proxy, for proxies holding at least one."""
@@ -318,7 +317,7 @@ class RedisLeaseStore:
         )
 
     async def _counts(self) -> tuple[LeaseCounts, dict[ProxyKey, int]]:
-        reply = await self._run("counts", repr(self._clock()), self._window)
+        reply = await self._run("counts", repr(self._clock.time()), self._window)
         self._last_counts = LeaseCounts(int(reply[0]), int(reply[1]), int(reply[2]))
         held = reply[3:]
         per_proxy = {ProxyKey(held[i]): int(held[i + 1]) for i in range(0, len(held), 2)}

@@ -17,7 +17,6 @@ from egress_proxies.errors import EgressProxiesError
 from egress_proxies.leases.candidates import CandidatePool
 from egress_proxies.leases.lease import Lease, LeaseId, NoMatch, ReportOutcome, ReportResult
 
-Clock = Callable[[], float]
 # The current record of a proxy, or None once it is gone (the catalog's view).
 RecordLookup = Callable[[ProxyKey], ProxyRecord | None]
 

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from egress_proxies import toolchain
 from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.errors import EgressProxiesError
@@ -49,7 +48,6 @@ from egress_proxies.leases import (
     open_lease_store,
     redact_url,
 )
-from egress_proxies.leases import Clock as TimeSource
 from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, ProviderName
 from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
@@ -189,7 +187,7 @@ def lease_limits(settings: OperatorSettings) -> LeaseLimits:
         ) from error
 
 
-def lease_store(settings: OperatorSettings, clock: TimeSource = time.time) -> LeaseStore:
+def lease_store(settings: OperatorSettings, clock: Clock | None = None) -> LeaseStore:
     """The configured lease store; ConfigurationError for impossible limits or URLs."""
     limits = lease_limits(settings)
     try:
@@ -239,7 +237,7 @@ class Operator:
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
         self.metrics_registry = CollectorRegistry()
-        self.leases = lease_store(settings, self.clock.time)
+        self.leases = lease_store(settings, self.clock)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
@@ -275,7 +273,7 @@ class Operator:
             self.fleet,
             self.writer,
             gate=(
-                CachedGate(self.peering.sweep_blocker, clock=self.clock.monotonic)
+                CachedGate(self.peering.sweep_blocker, clock=self.clock)
                 if self.peering
                 else never_paused
             ),
@@ -358,7 +356,7 @@ class Operator:
         )
         register_login(self.registry, self.credentials)
         register(self.registry, self.components)
-        self.demand = DemandBook()
+        self.demand = DemandBook(self.clock)
         self.pools = PoolController(
             PoolComponents(
                 client=self.client,
@@ -367,6 +365,7 @@ class Operator:
                 demand=self.demand,
                 max_lease_seconds=float(settings.lease_max_ttl),
                 metrics=PoolMetrics(self.metrics_registry),
+                clock=self.clock,
             )
         )
         register_pools(
@@ -386,7 +385,7 @@ class Operator:
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
-        stamp = self.clock.utcnow().isoformat()
+        stamp = k8s_micro_time(self.clock.utcnow())
         await annotate(
             self.client, PROXIES.path(namespace, name), RECONCILE_REQUEST_ANNOTATION, stamp
         )
@@ -411,7 +410,7 @@ class Operator:
         app = create_app(
             self.fleet,
             self.leases,
-            TokenDirectory(tokens_dir) if tokens_dir else frozenset,
+            TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
             metrics=self.metrics.leases,
             demand=self.demand,
             allow_no_auth=self.settings.discovery_allow_no_auth,
@@ -472,7 +471,7 @@ class Operator:
                 await self.leases.counts()
             except StoreUnavailableError as error:
                 logger.warning("lease counts not refreshed: %s", error)
-            await asyncio.sleep(LEASE_COUNTS_INTERVAL)
+            await self.clock.sleep(LEASE_COUNTS_INTERVAL)
 
     def _component_ended(self, task: asyncio.Task[None], stop: asyncio.Event) -> None:
         """A component that runs forever ended: say so loudly and stop the whole operator.

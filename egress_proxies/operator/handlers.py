@@ -118,11 +118,6 @@ class Components:
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
 
 
-def now(clock: Clock) -> str:
-    """The current time as Kubernetes writes it."""
-    return clock.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 KOPF_PREFIX = f"kopf.{GROUP}"
 
 
@@ -384,7 +379,7 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
     c.requeue.cancel(view.namespace, view.name)
     await _drop_unsharded_finalizer(c, body)
     observed = await _observe(c, view, body)
-    decision = machine.decide(view, observed, now(c.clock), c.policy)
+    decision = machine.decide(view, observed, c.clock.utcnow(), c.policy)
     await _record(c, kopf_body, patch, decision)
     if decision.action == machine.Action.UP:
         if decision.replace_instance is not None:
@@ -499,9 +494,9 @@ async def _up(
     except StackOperationError as error:
         logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
         return machine.after_failure(
-            view, c.classify(error.text), error.text, now(c.clock), c.policy
+            view, c.classify(error.text), error.text, c.clock.utcnow(), c.policy
         )
-    return machine.after_up(view, outputs, stack, now(c.clock), wanted_hash)
+    return machine.after_up(view, outputs, stack, c.clock.utcnow(), wanted_hash)
 
 
 async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
@@ -510,7 +505,7 @@ async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
     stack = stack_name(meta["namespace"], meta["name"])
     written = c.writer.latest(meta["namespace"], meta["name"], meta["uid"])
     view = _view(body, written, deleting=True)
-    decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), now(c.clock))
+    decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), c.clock.utcnow())
     await c.writer.update(body, decision.owned_status, deleting=True)
     if decision.action == machine.Action.DESTROY:
         try:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.clock import Clock, SystemClock, k8s_time
 from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import ApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
@@ -57,7 +57,7 @@ def retry_delay(failures: int) -> float:
 
 def apply_health(status: ProxyStatus, report: HealthReport) -> ProxyStatus:
     """The Healthy condition, latencyMillis and lastHealthCheckTime from one report."""
-    checked = report.checked_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    checked = k8s_time(report.checked_at)
     conditions = set_condition(
         status.conditions,
         HEALTHY,

@@ -14,12 +14,11 @@ exist for kopf to unpause, so the operator creates it when missing.
 from __future__ import annotations
 
 import datetime
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.clock import Clock, SystemClock, parse_k8s_time
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, ConflictError, KubeClient, NotFoundError
 from egress_proxies.kube.resources import CLUSTER_KOPF_PEERINGS, KOPF_PEERINGS
@@ -65,13 +64,11 @@ def parse_peers(status: Mapping[str, Any]) -> list[Peer]:
         if not isinstance(entry, Mapping):
             continue
         try:
-            lastseen = datetime.datetime.fromisoformat(str(entry["lastseen"]))
+            lastseen = parse_k8s_time(str(entry["lastseen"]))
             lifetime = datetime.timedelta(seconds=int(entry.get("lifetime", 60)))
             priority = int(entry.get("priority", 0))
         except (KeyError, TypeError, ValueError):
             continue
-        if lastseen.tzinfo is None:
-            lastseen = lastseen.replace(tzinfo=datetime.UTC)
         peers.append(Peer(identity=identity, priority=priority, deadline=lastseen + lifetime))
     return peers
 
@@ -187,11 +184,11 @@ class CachedGate:
         self,
         gate: Callable[[], Awaitable[str | None]],
         max_age: float = PAUSE_CHECK_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self._gate = gate
         self._max_age = max_age
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._answer: str | None = None
         self._asked_at: float | None = None
 
@@ -201,7 +198,7 @@ class CachedGate:
 
     async def __call__(self) -> str | None:
         """The gate's answer, asked again when the last one is `max_age` old."""
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._asked_at is None or now - self._asked_at >= self._max_age:
             self._answer = await self._gate()
             self._asked_at = now

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from egress_proxies.clock import k8s_time, parse_k8s_time
 from egress_proxies.model import (
     GROUP,
     HEALTHY,
@@ -184,7 +185,10 @@ def spec_hash(spec: ProxySpec, cloud_init: str | None) -> str:
 
 
 def decide(
-    view: ProxyView, observed: Observed, now: str, policy: RetryPolicy = DEFAULT_POLICY
+    view: ProxyView,
+    observed: Observed,
+    now: datetime.datetime,
+    policy: RetryPolicy = DEFAULT_POLICY,
 ) -> Decision:
     """The next step for a Proxy."""
     if view.deleting:
@@ -200,14 +204,14 @@ def decide(
     return decision
 
 
-def _decide_delete(view: ProxyView, observed: Observed, now: str) -> Decision:
+def _decide_delete(view: ProxyView, observed: Observed, now: datetime.datetime) -> Decision:
     if observed.stack is None:
         return Decision(Action.RELEASE, view.status)
     status = _provisioned(view, ConditionStatus.FALSE, DELETING, "destroying the stack", now)
     return Decision(Action.DESTROY, status)
 
 
-def _decide_external(view: ProxyView, now: str) -> Decision:
+def _decide_external(view: ProxyView, now: datetime.datetime) -> Decision:
     endpoint = view.spec.endpoint
     assert endpoint is not None, "the CRD requires an endpoint for External proxies"
     status = view.status.model_copy(
@@ -225,7 +229,9 @@ def _decide_external(view: ProxyView, now: str) -> Decision:
     return Decision(Action.NONE, _observed(status, view))
 
 
-def _decide_managed(view: ProxyView, observed: Observed, now: str, policy: RetryPolicy) -> Decision:
+def _decide_managed(
+    view: ProxyView, observed: Observed, now: datetime.datetime, policy: RetryPolicy
+) -> Decision:
     latched = find_condition(view.status.conditions, PROVISIONED)
     if (
         latched is not None
@@ -277,14 +283,14 @@ def _decide_instance(
     stack: StackState,
     wanted: str,
     adopt: Action,
-    now: str,
+    now: datetime.datetime,
     policy: RetryPolicy,
 ) -> Decision:
     """The stack is current: the Proxy is as ready as its instance."""
     if instance.health == InstanceHealth.READY:
         status = _with_outputs(view, {**stack.outputs, stack_outputs.IP: instance.ip}, now)
         return Decision(adopt, status, spec_hash=wanted)
-    age = _epoch(now) - instance.since
+    age = (now - instance.since).total_seconds()
     cause: str | None = None
     if instance.health in (InstanceHealth.DEAD, InstanceHealth.GONE):
         cause = instance.cause
@@ -314,7 +320,7 @@ def _instance_failed(
     instance: InstanceObservation,
     cause: str,
     wanted: str,
-    now: str,
+    now: datetime.datetime,
     policy: RetryPolicy,
 ) -> Decision:
     """Record a dead instance once, then replace it when its backoff has passed."""
@@ -325,7 +331,7 @@ def _instance_failed(
         and backoff.next_retry_time is not None
     )
     if backoff is not None and recorded and backoff.next_retry_time is not None:
-        remaining = _epoch(backoff.next_retry_time) - _epoch(now)
+        remaining = _seconds_until(backoff.next_retry_time, now)
         if remaining > 0:
             message = f"{cause} (failure {backoff.failures}; retry at {backoff.next_retry_time})"
             status = _provisioned(view, ConditionStatus.FALSE, INSTANCE_FAILED, message, now)
@@ -356,45 +362,45 @@ def _instance_failed(
 
 
 def _count_failure(
-    view: ProxyView, now: str, policy: RetryPolicy, *, failed_instance: str | None = None
+    view: ProxyView,
+    now: datetime.datetime,
+    policy: RetryPolicy,
+    *,
+    failed_instance: str | None = None,
 ) -> tuple[ProxyStatus, float]:
     """The status with one more failure in a row recorded, and the delay before the retry."""
     previous = view.status.backoff
     in_window = (
         previous is not None
         and previous.last_failure_time is not None
-        and _epoch(now) - _epoch(previous.last_failure_time) < policy.failure_window.total_seconds()
+        and now - parse_k8s_time(previous.last_failure_time) < policy.failure_window
     )
     failures = (previous.failures if previous is not None and in_window else 0) + 1
     delay = policy.delay(failures, view.uid)
     backoff = Backoff(
         failures=failures,
-        last_failure_time=now,
-        next_retry_time=_stamp(_epoch(now) + delay),
+        last_failure_time=k8s_time(now),
+        # Whole seconds, as a Kubernetes timestamp holds them.
+        next_retry_time=k8s_time(now + datetime.timedelta(seconds=round(delay))),
         failed_instance=failed_instance,
         generation=view.generation,
     )
     return view.status.model_copy(update={"backoff": backoff}), delay
 
 
-def _backoff_wait(view: ProxyView, now: str) -> Decision | None:
+def _backoff_wait(view: ProxyView, now: datetime.datetime) -> Decision | None:
     """Hold a retry of this generation until its backoff has passed."""
     backoff = view.status.backoff
     if backoff is None or backoff.next_retry_time is None or backoff.generation != view.generation:
         return None
-    remaining = _epoch(backoff.next_retry_time) - _epoch(now)
+    remaining = _seconds_until(backoff.next_retry_time, now)
     if remaining <= 0:
         return None
     return Decision(Action.NONE, view.status, retry_after=remaining)
 
 
-def _epoch(stamp: str) -> float:
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _stamp(epoch: float) -> str:
-    moment = datetime.datetime.fromtimestamp(round(epoch), datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+def _seconds_until(stamp: str, now: datetime.datetime) -> float:
+    return (parse_k8s_time(stamp) - now).total_seconds()
 
 
 def _missing_provider_block(spec: ProxySpec) -> str | None:
@@ -411,7 +417,7 @@ def after_up(
     view: ProxyView,
     outputs: Mapping[str, Any],
     stack: str,
-    now: str,
+    now: datetime.datetime,
     spec_hash: str | None = None,
 ) -> Decision:
     """Once `up` succeeded: outputs shown, pending retry run, hash (and GC request) recorded."""
@@ -441,7 +447,7 @@ def after_failure(
     view: ProxyView,
     error_class: ErrorClass,
     message: str,
-    now: str,
+    now: datetime.datetime,
     policy: RetryPolicy = DEFAULT_POLICY,
 ) -> Decision:
     """Quota waits (never Failed), permanent latches Failed for this generation, transient retries.
@@ -464,7 +470,9 @@ def after_failure(
     return Decision(Action.NONE, _observed(status, view), retry_after=delay)
 
 
-def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> ProxyStatus:
+def _with_outputs(
+    view: ProxyView, outputs: Mapping[str, Any], now: datetime.datetime
+) -> ProxyStatus:
     ip, port = outputs.get(stack_outputs.IP), outputs.get(stack_outputs.PORT)
     status = view.status.model_copy(
         update={
@@ -491,7 +499,7 @@ def _with_outputs(view: ProxyView, outputs: Mapping[str, Any], now: str) -> Prox
 
 
 def _provisioned(
-    view: ProxyView, state: ConditionStatus, reason: str, message: str, now: str
+    view: ProxyView, state: ConditionStatus, reason: str, message: str, now: datetime.datetime
 ) -> ProxyStatus:
     status = _with_condition(view.status, view.generation, PROVISIONED, state, reason, message, now)
     return _observed(status, view)
@@ -509,7 +517,7 @@ def _with_condition(
     state: ConditionStatus,
     reason: str,
     message: str,
-    now: str,
+    now: datetime.datetime,
 ) -> ProxyStatus:
     """Set one condition; its transition time moves only when its status changes."""
     return status.model_copy(
@@ -520,7 +528,7 @@ def _with_condition(
                 state,
                 reason=reason,
                 message=message,
-                now=now,
+                now=k8s_time(now),
                 generation=generation,
             )
         }

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Requeue:
     async def _fire(self, key: tuple[str, str], delay: float) -> None:
         await self._clock.sleep(delay)
         self._timers.pop(key, None)
-        stamp = self._clock.utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = k8s_micro_time(self._clock.utcnow())
         try:
             await self._touch(key[0], key[1], stamp)
         except Exception as error:  # a failed touch must not lose the wake-up

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey, proxy_key
-from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.clock import Clock, SystemClock, k8s_time
 from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES
@@ -80,7 +80,7 @@ class StatusWriter:
                 generation=int(meta.get("generation", 1)),
                 deleting=deleting,
                 draining=DRAINING_ANNOTATION in (meta.get("annotations") or {}),
-                now=self._clock.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+                now=k8s_time(self._clock.utcnow()),
             )
             updated = updated.model_copy(
                 update={"phase": compute_phase(updated, deleting=deleting)}

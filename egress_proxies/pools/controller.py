@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
+from egress_proxies.clock import Clock, SystemClock, k8s_time, parse_k8s_time
 from egress_proxies.kube import ConflictError, KubeClient, NotFoundError
 from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
@@ -82,7 +82,7 @@ class PoolComponents:
     demand: DemandBook
     max_lease_seconds: float
     metrics: ScalingRecorder | None = None
-    clock: Callable[[], float] = time.time
+    clock: Clock = field(default_factory=SystemClock)
 
 
 @dataclass
@@ -100,12 +100,12 @@ def template_hash(template: Mapping[str, Any]) -> str:
 
 def parse_time(value: str | None) -> float | None:
     """Seconds since the epoch of a Kubernetes timestamp."""
-    return datetime.datetime.fromisoformat(value).timestamp() if value else None
+    return parse_k8s_time(value).timestamp() if value else None
 
 
 def format_time(moment: float) -> str:
-    """A Kubernetes timestamp."""
-    return datetime.datetime.fromtimestamp(moment, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A Kubernetes timestamp of epoch seconds."""
+    return k8s_time(datetime.datetime.fromtimestamp(moment, datetime.UTC))
 
 
 class PoolController:
@@ -142,7 +142,7 @@ class PoolController:
             logger.warning("pool %s: invalid spec: %s", pool, error)
             return
         status = _status_of(body)
-        now = self._c.clock()
+        now = self._c.clock.time()
         wanted_hash = template_hash(raw_spec.get("template") or {})
         expected = self._expected.setdefault(pool, _Expectations())
         counts = await self._c.lease_counts()
@@ -340,7 +340,7 @@ class PoolController:
         conditions = pool_conditions(
             Round(spec, members, step, wanted_hash, limited, generation),
             _status_of(body).conditions,
-            format_time(self._c.clock()),
+            format_time(self._c.clock.time()),
         )
         status = ProxyPoolStatus(
             replicas=len(active),

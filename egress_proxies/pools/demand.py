@@ -10,21 +10,20 @@ the controller reads from the lease store) through the pool's
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from egress_proxies.catalog import ProxyKey
+from egress_proxies.clock import Clock, SystemClock
 
-Clock = Callable[[], float]
 DEFAULT_HORIZON = 3600.0
 
 
 class DemandBook:
     """Timestamps of bans (per Proxy) and of waits at capacity (per pool), kept for a horizon."""
 
-    def __init__(self, clock: Clock = time.time, horizon: float = DEFAULT_HORIZON) -> None:
-        self._clock = clock
+    def __init__(self, clock: Clock | None = None, horizon: float = DEFAULT_HORIZON) -> None:
+        self._clock = clock or SystemClock()
         self._horizon = horizon
         self._bans: dict[ProxyKey, deque[float]] = {}
         self._waits: dict[str, deque[float]] = {}
@@ -56,7 +55,7 @@ class DemandBook:
         self._bans.pop(key, None)
 
     def _add(self, times: deque[float]) -> None:
-        now = self._clock()
+        now = self._clock.time()
         times.append(now)
         while times and times[0] < now - self._horizon:
             times.popleft()

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +24,7 @@ import google.auth.transport.requests
 from google.auth import compute_engine
 from google.oauth2 import service_account
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.providers.inventory import InventoryError
 
@@ -52,10 +51,10 @@ class GoogleAuthTokens:
         self,
         credentials: google.auth.credentials.Credentials,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self._credentials = credentials
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._lock = asyncio.Lock()
         self._request = google.auth.transport.requests.Request()
 
@@ -86,7 +85,7 @@ class GoogleAuthTokens:
         if expiry is None:
             return True
         expires_at = float(expiry.replace(tzinfo=datetime.UTC).timestamp())
-        return self._clock() < expires_at - REFRESH_MARGIN.total_seconds()
+        return self._clock.time() < expires_at - REFRESH_MARGIN.total_seconds()
 
     def _refresh(self) -> None:
         try:

@@ -9,7 +9,11 @@ or needs its instance replaced.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
+
+# The creation time of an instance that does not say (long ago: its deadlines have passed).
+UNKNOWN_CREATION = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InstanceHealth(StrEnum):
@@ -31,7 +35,7 @@ class InstanceObservation:
     health: InstanceHealth
     ip: str | None = None
     cause: str = ""
-    since: float = 0.0  # epoch seconds when this incarnation was created
+    since: datetime = UNKNOWN_CREATION  # when this incarnation was created
 
     @property
     def signature(self) -> str:

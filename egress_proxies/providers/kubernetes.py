@@ -9,9 +9,9 @@ excludes every shard's objects, so no GC judges another shard's objects. Instanc
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
+from egress_proxies.clock import parse_k8s_time
 from egress_proxies.kube import ApiError, KubeClient
 from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS, Resource
 from egress_proxies.model import SHARD_LABEL, UID_LABEL, ProviderName
@@ -92,7 +92,7 @@ class KubernetesInventory:
 
 def _tagged(kind: str, item: dict[str, Any]) -> TaggedInstance:
     meta = item["metadata"]
-    created = datetime.datetime.fromisoformat(meta["creationTimestamp"].replace("Z", "+00:00"))
+    created = parse_k8s_time(meta["creationTimestamp"])
     phase = (item.get("status") or {}).get("phase") if kind == "pods" else "Running"
     state = {
         "Pending": InstanceState.PROVISIONING,

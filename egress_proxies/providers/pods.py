@@ -8,11 +8,16 @@ reason, an eviction's message.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.clock import parse_k8s_time
+from egress_proxies.providers.instance import (
+    UNKNOWN_CREATION,
+    InstanceHealth,
+    InstanceObservation,
+)
 
 # Container waiting reasons from which a pod does not recover without a change.
 STUCK_REASONS = frozenset(
@@ -49,7 +54,7 @@ def observe_pod(pod: Mapping[str, Any]) -> InstanceObservation:
             health=health,
             ip=ip,
             cause=cause[:_CAUSE_LIMIT],
-            since=_epoch(meta.get("creationTimestamp")),
+            since=_created(meta.get("creationTimestamp")),
         )
 
     if meta.get("deletionTimestamp"):
@@ -128,7 +133,5 @@ def _last_line(text: str) -> str:
     return fatal[0] if fatal else (errors or lines or [""])[-1]
 
 
-def _epoch(timestamp: str | None) -> float:
-    if not timestamp:
-        return 0.0
-    return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+def _created(timestamp: str | None) -> datetime:
+    return parse_k8s_time(timestamp) if timestamp else UNKNOWN_CREATION

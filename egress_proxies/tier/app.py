@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery import DEFAULT_PORT, create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
@@ -53,14 +54,27 @@ class TierSettings:
 class DiscoveryTier:
     """The fleet reflected from the API server, the shared store, and the API over both."""
 
-    def __init__(self, settings: TierSettings, client: KubeClient, store: LeaseStore) -> None:
+    def __init__(
+        self,
+        settings: TierSettings,
+        client: KubeClient,
+        store: LeaseStore,
+        clock: Clock | None = None,
+    ) -> None:
         self.settings = settings
+        self.clock = clock or SystemClock()
         self.fleet = Fleet()
         self.store = store
         self.reflectors: Sequence[Reflector] = (
-            Reflector(client, PROXIES.path(), ProxySink(self.fleet)),
+            Reflector(client, PROXIES.path(), ProxySink(self.fleet), clock=self.clock),
             *(
-                Reflector(client, SECRETS.path(), SecretSink(self.fleet), label_selector=label)
+                Reflector(
+                    client,
+                    SECRETS.path(),
+                    SecretSink(self.fleet),
+                    label_selector=label,
+                    clock=self.clock,
+                )
                 for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL)
             ),
         )
@@ -79,7 +93,7 @@ class DiscoveryTier:
         app = create_app(
             self.fleet,
             self.store,
-            TokenDirectory(tokens_dir) if tokens_dir else frozenset,
+            TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
             allow_no_auth=self.settings.allow_no_auth,
             synced=self.synced,
         )
@@ -102,12 +116,14 @@ def run_tier(settings: TierSettings) -> int:
     except ValueError as error:
         print(f"egress-proxies: {error}", file=sys.stderr)
         return 2
+    clock = SystemClock()
     try:
         store = open_lease_store(
             settings.lease_store,
             prefix=settings.lease_store_prefix,
             timeout=settings.lease_store_timeout,
             limits=settings.limits,
+            clock=clock,
         )
     except ValueError as error:
         logger.error("cannot start: --lease-store: %s", error)
@@ -130,7 +146,7 @@ def run_tier(settings: TierSettings) -> int:
             loop.add_signal_handler(sig, stop.set)
         async with KubeClient(credentials) as client:
             try:
-                await DiscoveryTier(settings, client, store).serve(stop)
+                await DiscoveryTier(settings, client, store, clock).serve(stop)
             finally:
                 await store.close()
 

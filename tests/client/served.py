@@ -12,12 +12,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord
+from egress_proxies.clock import ManualClock
 from egress_proxies.discovery import create_app
 from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 from tests.fakes import ListCatalog
 from tests.fakes import serve_in_thread as app_in_thread
-from tests.integration.discovery_helpers import Tokens, VirtualClock
+from tests.integration.discovery_helpers import Tokens, virtual_clock
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Served:
 
     url: str
     store: MemoryLeaseStore
-    clock: VirtualClock
+    clock: ManualClock
     tokens: Tokens
     registry: CollectorRegistry
     sleeps: list[float] = field(default_factory=list)
@@ -56,7 +57,7 @@ class Served:
 
 
 def _app(records: tuple[ProxyRecord, ...], **store_settings: Any) -> tuple[web.Application, Served]:
-    clock = VirtualClock()
+    clock = virtual_clock()
     store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
     tokens, registry = Tokens(), CollectorRegistry()
     app = create_app(ListCatalog(*records), store, tokens, metrics=LeaseMetrics(registry, store))

@@ -84,7 +84,7 @@ def sync_pool(served: Served, **options: object) -> Pool:
         served.url,
         served.tokens.one,
         sleep=served.sleep,
-        clock=served.clock,
+        clock=served.clock.time,
         rng=random.Random(5),
         **options,  # type: ignore[arg-type]
     )
@@ -161,7 +161,7 @@ async def test_the_async_lease_batches_and_picks_up_the_pace() -> None:
             served.url,
             served.tokens.one,
             sleep=served.asleep,
-            clock=served.clock,
+            clock=served.clock.time,
             report_batch=4,
             report_interval=3600,
         ) as pool,

@@ -18,7 +18,11 @@ from tests.integration.discovery_helpers import record
 
 def pool_for(served: Served) -> AsyncPool:
     return AsyncPool(
-        served.url, served.tokens.one, sleep=served.asleep, clock=served.clock, rng=random.Random(3)
+        served.url,
+        served.tokens.one,
+        sleep=served.asleep,
+        clock=served.clock.time,
+        rng=random.Random(3),
     )
 
 

@@ -26,7 +26,7 @@ def pool_for(served: Served, **options: object) -> Pool:
         served.url,
         served.tokens.one,
         sleep=served.sleep,
-        clock=served.clock,
+        clock=served.clock.time,
         rng=random.Random(7),
         **options,  # type: ignore[arg-type]
     )

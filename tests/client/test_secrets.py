@@ -16,7 +16,9 @@ def test_no_secret_in_reprs_errors_or_logs(caplog: pytest.LogCaptureFixture) -> 
     caplog.set_level(logging.DEBUG)
     with serve_in_thread(record("only")) as served:
         token = served.tokens.one
-        pool = Pool(served.url, token, sleep=served.sleep, clock=served.clock, rng=random.Random())
+        pool = Pool(
+            served.url, token, sleep=served.sleep, clock=served.clock.time, rng=random.Random()
+        )
         shown: list[str] = [repr(pool)]
         with pytest.raises(ProxyBannedError) as banned, pool.lease(target="t.example") as lease:
             assert lease.proxy_url == "http://user-only:p%40ss%3Aw%2Frd@127.0.0.1:3128"

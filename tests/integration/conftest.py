@@ -4,6 +4,7 @@ stand-in for Google Cloud."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.operator.app import OperatorSettings
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import COMPUTE_SCOPE, GoogleAuthTokens
@@ -22,7 +24,6 @@ from harness.origins import Origin, serve_origin
 from tests.integration.fake_compute import (
     PROJECT,
     SERVICE_ACCOUNT_EMAIL,
-    FakeClock,
     FakeCompute,
     serving,
 )
@@ -115,12 +116,13 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    """Virtual time from the real wall time, which google-auth stamps a token's expiry with."""
+    return ManualClock(wall=datetime.datetime.now(datetime.UTC))
 
 
 @pytest.fixture
-def tokens(key_file: Path, clock: FakeClock) -> Iterator[GoogleAuthTokens]:
+def tokens(key_file: Path, clock: ManualClock) -> Iterator[GoogleAuthTokens]:
     credentials = service_account.Credentials.from_service_account_file(
         str(key_file), scopes=[COMPUTE_SCOPE]
     )

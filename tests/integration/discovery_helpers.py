@@ -6,12 +6,14 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.clock import ManualClock
 from egress_proxies.discovery import create_app
 from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.model import HealthCheck
@@ -22,18 +24,9 @@ from tests.fakes import ListCatalog, serve_in_thread
 START = 1_750_000_000.0
 
 
-class VirtualClock:
-    """A clock that moves only when a test says so."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        self.now += seconds
+def virtual_clock() -> ManualClock:
+    """A clock that moves only when a test says so, its wall time at START."""
+    return ManualClock(wall=datetime.fromtimestamp(START, UTC))
 
 
 def record(name: str, namespace: str = "crawl", **overrides: Any) -> ProxyRecord:
@@ -86,7 +79,7 @@ class Api:
     client: TestClient[Any, Any]
     catalog: ListCatalog
     store: MemoryLeaseStore
-    clock: VirtualClock
+    clock: ManualClock
     tokens: Tokens
     registry: CollectorRegistry
 
@@ -120,7 +113,7 @@ async def serve_api(
     **store_settings: Any,
 ) -> AsyncIterator[Api]:
     """The discovery app on a loopback port over a list catalog and a virtual-clock store."""
-    clock = VirtualClock()
+    clock = virtual_clock()
     store = MemoryLeaseStore(LeaseLimits(**store_settings), clock=clock)
     catalog = ListCatalog(*records)
     tokens = tokens if tokens is not None else Tokens()

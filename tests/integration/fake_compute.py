@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,17 +35,6 @@ GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 METADATA_ACCOUNT_PATH = "/computeMetadata/v1/instance/service-accounts/default/"
 METADATA_TOKEN_PATH = f"{METADATA_ACCOUNT_PATH}token"
 _LABEL_FILTER = re.compile(r"labels\.([a-z0-9_-]+):\*")
-
-
-@dataclass
-class FakeClock:
-    """Seconds since the epoch for token expiry, moved by hand from the real time (which
-    google-auth stamps expiry with)."""
-
-    now: float = field(default_factory=time.time)
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

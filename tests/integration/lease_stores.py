@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.clock import ManualClock
 from egress_proxies.leases import (
     CandidatePool,
     Lease,
@@ -24,7 +25,6 @@ from egress_proxies.leases import (
     RedisLeaseStore,
 )
 from harness.redis import RedisServer
-from tests.integration.discovery_helpers import VirtualClock
 
 MakeStore = Callable[..., LeaseStore]
 # Every record a test put in a pool, by key: the catalog the Redis store resolves leases in.
@@ -36,7 +36,7 @@ STORE_KINDS = ("memory", "redis")
 
 @asynccontextmanager
 async def store_maker(
-    request: pytest.FixtureRequest, clock: VirtualClock
+    request: pytest.FixtureRequest, clock: ManualClock
 ) -> AsyncIterator[MakeStore]:
     """Builds stores of the kind `request.param` names on `clock`; closes them after."""
     made: list[LeaseStore] = []

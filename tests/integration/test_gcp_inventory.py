@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth.compute_engine import _metadata
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, GceInventory
 from egress_proxies.providers.gcp_auth import (
@@ -36,7 +37,6 @@ from egress_proxies.providers.inventory import (
 from tests.integration.fake_compute import (
     PROJECT,
     SERVICE_ACCOUNT_EMAIL,
-    FakeClock,
     FakeCompute,
     FakeInstance,
     labelled,
@@ -140,17 +140,17 @@ async def test_a_denied_listing_fails_whole_without_leaking_the_token(
 
 
 async def test_service_account_tokens_are_cached_until_shortly_before_expiry(
-    compute: FakeCompute, inventory: GceInventory, clock: FakeClock
+    compute: FakeCompute, inventory: GceInventory, clock: ManualClock
 ) -> None:
     await inventory.list_tagged()
     await inventory.list_tagged()
     assert len(compute.issued_tokens) == 1
 
-    clock.now += compute.token_lifetime - 310
+    clock.advance(compute.token_lifetime - 310)
     await inventory.list_tagged()
     assert len(compute.issued_tokens) == 1
 
-    clock.now += 20
+    clock.advance(20)
     await inventory.list_tagged()
     assert len(compute.issued_tokens) == 2
 

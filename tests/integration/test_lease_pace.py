@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.leases import (
     Lease,
     LeaseId,
@@ -24,7 +25,7 @@ from egress_proxies.leases import (
     TargetBounds,
 )
 from harness.redis import RedisServer
-from tests.integration.discovery_helpers import VirtualClock, record
+from tests.integration.discovery_helpers import record, virtual_clock
 from tests.integration.lease_stores import (
     RECORDS,
     STORE_KINDS,
@@ -39,13 +40,13 @@ SITE = "shop.example"
 
 
 @pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
+def clock() -> ManualClock:
+    return virtual_clock()
 
 
 @pytest.fixture(params=STORE_KINDS)
 async def make_store(
-    request: pytest.FixtureRequest, clock: VirtualClock
+    request: pytest.FixtureRequest, clock: ManualClock
 ) -> AsyncIterator[MakeStore]:
     async with store_maker(request, clock) as make:
         yield make
@@ -99,12 +100,12 @@ async def test_ok_counts_raise_the_pace_by_a_step_per_second_of_traffic(
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(
-    make_store: MakeStore, clock: VirtualClock
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=4.0, decrease=0.5, settle=1.0)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     lowered = await rate_limited(store, lease)
-    assert lowered == Pace(rate=2.0, burst=1, lowered_at=clock.now)
+    assert lowered == Pace(rate=2.0, burst=1, lowered_at=clock.time())
     assert rate(await rate_limited(store, lease)) == 2.0, "an echo of the same overload"
     assert rate(await ok(store, lease, 10)) == 2.0, "nothing raises it within the hold"
     clock.advance(1.0)
@@ -112,7 +113,7 @@ async def test_a_rate_limit_lowers_it_once_per_hold(
 
 
 async def test_the_sites_retry_after_holds_the_lowered_pace(
-    make_store: MakeStore, clock: VirtualClock
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=4.0, decrease=0.5, settle=1.0, increase=1.0)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
@@ -125,7 +126,7 @@ async def test_the_sites_retry_after_holds_the_lowered_pace(
 
 
 async def test_the_pace_stays_between_floor_and_ceiling(
-    make_store: MakeStore, clock: VirtualClock
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=1.0, floor=0.5, ceiling=3.0, decrease=0.5, settle=1.0)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
@@ -198,7 +199,7 @@ async def test_holders_of_a_shared_proxy_split_its_pace(make_store: MakeStore) -
 
 
 async def test_a_target_at_its_lease_bound_gets_no_more(
-    make_store: MakeStore, clock: VirtualClock
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, TargetBounds(SITE, max_leases=2))
     candidates = pool(*(record(f"p{index}") for index in range(4)))
@@ -261,7 +262,7 @@ def test_nonsensical_bounds_are_refused() -> None:
 
 
 async def test_the_redis_store_keeps_the_pace_across_a_restart(
-    redis_server: RedisServer, redis_prefix: str, clock: VirtualClock
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
 ) -> None:
     limits = PaceLimits(start=1.0, increase=0.5, decrease=0.5)
 
@@ -284,7 +285,7 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
     try:
         renewed = await after.renew(lease.lease_id, 60, RECORDS.get)
         assert renewed is not None and renewed.pace == lowered
-        assert rate(lowered) == 3.0 and lowered.lowered_at == clock.now
+        assert rate(lowered) == 3.0 and lowered.lowered_at == clock.time()
         newcomer = granted(await after.acquire(candidates, SITE, 60))
         assert rate(newcomer.pace) == 3.0
     finally:
@@ -292,7 +293,7 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
 
 
 async def test_a_pace_nobody_reports_on_is_forgotten(
-    make_store: MakeStore, clock: VirtualClock
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=1.0, increase=0.5, memory=100.0)
     candidates = pool(record("a"))

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.leases import (
     CandidatePool,
     InvalidTtlError,
@@ -24,7 +25,7 @@ from egress_proxies.leases import (
     ReportOutcome,
     ReportResult,
 )
-from tests.integration.discovery_helpers import VirtualClock, record
+from tests.integration.discovery_helpers import record, virtual_clock
 from tests.integration.lease_stores import (
     RECORDS,
     STORE_KINDS,
@@ -40,13 +41,13 @@ CAP = 600.0
 
 
 @pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
+def clock() -> ManualClock:
+    return virtual_clock()
 
 
 @pytest.fixture(params=STORE_KINDS)
 async def make_store(
-    request: pytest.FixtureRequest, clock: VirtualClock
+    request: pytest.FixtureRequest, clock: ManualClock
 ) -> AsyncIterator[MakeStore]:
     async with store_maker(request, clock) as make:
         yield make
@@ -94,10 +95,10 @@ async def test_a_proxy_never_exceeds_its_capacity(store: LeaseStore) -> None:
     assert await store.active_counts() == {"crawl/shared": 2, "crawl/solo": 1}
 
 
-async def test_ttl_ends_the_lease_exactly_when_due(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_ttl_ends_the_lease_exactly_when_due(store: LeaseStore, clock: ManualClock) -> None:
     candidates = pool(record("only"))
     lease = granted(await store.acquire(candidates, None, 30))
-    assert lease.expires_at == clock.now + 30
+    assert lease.expires_at == clock.time() + 30
     clock.advance(29.999)
     assert refused(await store.acquire(candidates, None, 30)).at_capacity == 1
     clock.advance(0.001)
@@ -129,7 +130,7 @@ async def test_no_match_counts_add_up(store: LeaseStore) -> None:
     assert no_match.considered == no_match.at_capacity + no_match.in_cooldown + no_match.unhealthy
 
 
-async def test_cooldown_is_per_target(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_cooldown_is_per_target(store: LeaseStore, clock: ManualClock) -> None:
     candidates = pool(record("only", max_leases=10))
     lease = granted(await store.acquire(candidates, "a.example", 60))
     assert await report(store, lease.lease_id, ReportResult.RATE_LIMITED, None)
@@ -158,7 +159,7 @@ async def test_without_any_target_the_cooldown_is_global(store: LeaseStore) -> N
 
 
 async def cooldown_after_ban(
-    store: LeaseStore, clock: VirtualClock, candidates: CandidatePool
+    store: LeaseStore, clock: ManualClock, candidates: CandidatePool
 ) -> float:
     """Ban the proxy for t.example now; return how long it stays unavailable (1 s steps)."""
     lease = granted(await store.acquire(candidates, "t.example", 60))
@@ -173,14 +174,14 @@ async def cooldown_after_ban(
 
 
 async def test_repeated_bans_back_off_exponentially_to_the_cap(
-    store: LeaseStore, clock: VirtualClock
+    store: LeaseStore, clock: ManualClock
 ) -> None:
     candidates = pool(record("only"))
     cooldowns = [await cooldown_after_ban(store, clock, candidates) for _ in range(6)]
     assert cooldowns == [60, 120, 240, 480, 600, 600]
 
 
-async def test_a_ban_reported_twice_counts_once(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_a_ban_reported_twice_counts_once(store: LeaseStore, clock: ManualClock) -> None:
     candidates = pool(record("shared", max_leases=2))
     first = granted(await store.acquire(candidates, "t.example", 60))
     second = granted(await store.acquire(candidates, "t.example", 60))
@@ -192,7 +193,7 @@ async def test_a_ban_reported_twice_counts_once(store: LeaseStore, clock: Virtua
     granted(await store.acquire(candidates, "t.example", 60))
 
 
-async def test_ok_clears_the_ban_history(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_ok_clears_the_ban_history(store: LeaseStore, clock: ManualClock) -> None:
     candidates = pool(record("only"))
     assert await cooldown_after_ban(store, clock, candidates) == 60
     assert await cooldown_after_ban(store, clock, candidates) == 120
@@ -202,7 +203,7 @@ async def test_ok_clears_the_ban_history(store: LeaseStore, clock: VirtualClock)
     assert await cooldown_after_ban(store, clock, candidates) == 60
 
 
-async def test_ban_history_fades_after_a_quiet_cap(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_ban_history_fades_after_a_quiet_cap(store: LeaseStore, clock: ManualClock) -> None:
     candidates = pool(record("only"))
     assert await cooldown_after_ban(store, clock, candidates) == 60
     clock.advance(CAP)
@@ -210,7 +211,7 @@ async def test_ban_history_fades_after_a_quiet_cap(store: LeaseStore, clock: Vir
 
 
 async def test_a_late_report_lands_within_one_window_after_the_ttl(
-    store: LeaseStore, clock: VirtualClock
+    store: LeaseStore, clock: ManualClock
 ) -> None:
     candidates = pool(record("only"))
     lease = granted(await store.acquire(candidates, "t.example", 30))
@@ -222,7 +223,7 @@ async def test_a_late_report_lands_within_one_window_after_the_ttl(
 
 
 async def test_a_report_after_release_lands_within_one_window(
-    store: LeaseStore, clock: VirtualClock
+    store: LeaseStore, clock: ManualClock
 ) -> None:
     lease = granted(await store.acquire(pool(record("only")), None, 3600))
     await store.release(lease.lease_id)
@@ -247,7 +248,7 @@ async def test_forgetting_a_proxy_ends_its_leases_and_cooldowns(store: LeaseStor
     await store.release(lease.lease_id)
 
 
-async def test_counts_describe_the_state(store: LeaseStore, clock: VirtualClock) -> None:
+async def test_counts_describe_the_state(store: LeaseStore, clock: ManualClock) -> None:
     assert await store.counts() == LeaseCounts(0, 0, 0)
     candidates = pool(record("a"), record("b"))
     lease = granted(await store.acquire(candidates, None, 10))

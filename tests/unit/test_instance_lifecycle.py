@@ -6,6 +6,7 @@ import datetime
 import itertools
 from typing import Any
 
+from egress_proxies.clock import k8s_time
 from egress_proxies.model import (
     INSTANCE_FAILED,
     PROVISIONED,
@@ -31,14 +32,12 @@ from egress_proxies.providers.instance import InstanceHealth, InstanceObservatio
 from egress_proxies.stacks.backend import StackState
 
 MANAGED: dict[str, Any] = {"provider": "kubernetes", "kubernetes": {}}
-NOW = "2026-11-29T12:00:00Z"
-T0 = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC).timestamp()
+NOW = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC)
 POLICY = RetryPolicy()
 
 
-def at(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(T0 + seconds, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+def at(seconds: float) -> datetime.datetime:
+    return NOW + datetime.timedelta(seconds=seconds)
 
 
 def view(status: ProxyStatus | None = None) -> ProxyView:
@@ -63,7 +62,9 @@ def stack() -> StackState:
     return StackState(name="crawl.p1", outputs=outputs, pending_operations=0, resource_count=4)
 
 
-def pod(health: InstanceHealth, key: str = "pod-1", since: float = T0, **kw: Any) -> Observed:
+def pod(
+    health: InstanceHealth, key: str = "pod-1", since: datetime.datetime = NOW, **kw: Any
+) -> Observed:
     seen = InstanceObservation(key, "pods/crawl/proxy-x", health, since=since, **kw)
     return Observed(stack=stack(), watches_instances=True, instance=seen)
 
@@ -82,7 +83,7 @@ def test_a_ready_pod_makes_the_proxy_provisioned_at_its_ip() -> None:
 
 
 def test_a_starting_pod_waits_and_looks_again_at_the_ready_deadline() -> None:
-    decision = decide(view(), pod(InstanceHealth.STARTING, since=T0 - 10), NOW)
+    decision = decide(view(), pod(InstanceHealth.STARTING, since=at(-10)), NOW)
     assert decision.action == Action.NONE
     assert reason(decision.status) == ("False", STARTING)
     assert decision.status.ip is None
@@ -91,11 +92,11 @@ def test_a_starting_pod_waits_and_looks_again_at_the_ready_deadline() -> None:
 
 def test_a_stuck_pod_gets_the_start_timeout_then_fails_with_its_cause() -> None:
     stuck = {"cause": "image x: ErrImagePull: not found"}
-    early = decide(view(), pod(InstanceHealth.STUCK, since=T0 - 5, **stuck), NOW)
+    early = decide(view(), pod(InstanceHealth.STUCK, since=at(-5), **stuck), NOW)
     assert reason(early.status) == ("False", STARTING)
     assert "ErrImagePull" in find_condition(early.status.conditions, PROVISIONED).message  # type: ignore[union-attr]
     assert early.retry_after == 55
-    late = decide(view(), pod(InstanceHealth.STUCK, since=T0 - 61, **stuck), NOW)
+    late = decide(view(), pod(InstanceHealth.STUCK, since=at(-61), **stuck), NOW)
     assert late.action == Action.NONE
     assert reason(late.status) == ("False", INSTANCE_FAILED)
     assert compute_phase(late.status, deleting=False) == Phase.FAILED
@@ -142,7 +143,9 @@ def test_a_deleted_pod_is_a_failure_like_a_dead_one() -> None:
 
 
 def test_a_retry_of_the_same_generation_waits_for_its_backoff() -> None:
-    backoff = Backoff(failures=2, last_failure_time=NOW, next_retry_time=at(20), generation=1)
+    backoff = Backoff(
+        failures=2, last_failure_time=k8s_time(NOW), next_retry_time=k8s_time(at(20)), generation=1
+    )
     waiting = decide(view(ProxyStatus(backoff=backoff)), Observed(), at(5))
     assert waiting.action == Action.NONE and waiting.retry_after == 15
     assert decide(view(ProxyStatus(backoff=backoff)), Observed(), at(21)).action == Action.UP

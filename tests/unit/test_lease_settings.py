@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from egress_proxies import cli
+from egress_proxies.clock import ManualClock
 from egress_proxies.leases import (
     DEFAULT_BAN_BACKOFF_CAP,
     DEFAULT_COOLDOWN_WINDOW,
@@ -27,7 +28,7 @@ from egress_proxies.operator.app import (
 )
 from egress_proxies.tier import app as tier_app
 from egress_proxies.tier.app import TierSettings
-from tests.integration.discovery_helpers import VirtualClock, record
+from tests.integration.discovery_helpers import record, virtual_clock
 
 
 def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSettings:
@@ -66,7 +67,7 @@ def no_limit_variables(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f"EGRESS_PROXIES_LEASE_{name}", raising=False)
 
 
-async def cools_for(store: LeaseStore, clock: VirtualClock, result: ReportResult) -> float:
+async def cools_for(store: LeaseStore, clock: ManualClock, result: ReportResult) -> float:
     """How long a report of `result` keeps the one proxy from the target (whole seconds)."""
     pool = CandidatePool.of([record("p1")])
     lease = await store.acquire(pool, "example.com", 1)
@@ -102,7 +103,7 @@ async def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> 
         "--lease-ban-backoff-cap=150",
         "--lease-rate-limit-cooldown=40",
     )
-    clock = VirtualClock()
+    clock = virtual_clock()
     store = lease_store(settings, clock)
     assert store.max_ttl == 600
     assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 40

@@ -17,11 +17,11 @@ from egress_proxies.telemetry.lease_metrics import (
     LEASES_ACTIVE,
     LeaseMetrics,
 )
-from tests.integration.discovery_helpers import VirtualClock, record
+from tests.integration.discovery_helpers import record, virtual_clock
 
 
 async def test_gauges_follow_the_store_at_every_scrape() -> None:
-    clock = VirtualClock()
+    clock = virtual_clock()
     store = MemoryLeaseStore(LeaseLimits(cooldown_window=60), clock=clock)
     registry = CollectorRegistry()
     LeaseMetrics(registry, store)

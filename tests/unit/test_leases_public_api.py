@@ -17,7 +17,6 @@ def test_leases_exports() -> None:
         "LEASE_ID_PATTERN",
         "BanStorms",
         "CandidatePool",
-        "Clock",
         "InvalidTtlError",
         "Lease",
         "LeaseId",

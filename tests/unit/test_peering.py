@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.kube import TransportError
 from egress_proxies.operator.peering import (
     CachedGate,
@@ -84,20 +85,20 @@ def test_identity_is_the_pod_name_in_a_cluster_else_the_stored_one() -> None:
 
 async def test_the_status_pump_s_gate_reads_peering_at_most_every_max_age() -> None:
     asked: list[float] = []
-    now = [100.0]
+    clock = ManualClock(start=100.0)
     answers = iter(["leader has a higher priority", None])
 
     async def gate() -> str | None:
-        asked.append(now[0])
+        asked.append(clock.monotonic())
         return next(answers)
 
-    cached = CachedGate(gate, max_age=2.0, clock=lambda: now[0])
+    cached = CachedGate(gate, max_age=2.0, clock=clock)
     assert repr(cached) == "<CachedGate [max age: 2 s | unasked]>"
     assert await cached() == "leader has a higher priority"
-    now[0] += 1.9
+    clock.advance(1.9)
     assert await cached() == "leader has a higher priority"
     assert asked == [100.0]
-    now[0] += 0.1
+    clock.advance(0.1)
     assert await cached() is None
     assert asked == [100.0, 102.0]
     assert repr(cached) == "<CachedGate [max age: 2 s | open]>"

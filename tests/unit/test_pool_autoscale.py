@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+
+from egress_proxies.clock import ManualClock
 from egress_proxies.pool_model import Autoscale, Demand
 from egress_proxies.pools.autoscale import AT_MAX, DOWN, UP, ScaleInput, decide
 from egress_proxies.pools.demand import DemandBook
@@ -85,18 +88,18 @@ def test_replicas_outside_the_bounds_are_brought_inside() -> None:
 
 
 def test_demand_book_counts_within_a_window() -> None:
-    now = [100.0]
-    book = DemandBook(clock=lambda: now[0], horizon=50)
+    clock = ManualClock(wall=datetime.datetime.fromtimestamp(100.0, datetime.UTC))
+    book = DemandBook(clock=clock, horizon=50)
     key = proxy_key("ns", "p")
     book.banned(key)
-    now[0] = 120.0
+    clock.advance(20)
     book.banned(key)
     book.waited(frozenset({"ns/pool"}))
     assert book.bans_since(key, 110.0) == 1
     assert book.bans_since(key, 0.0) == 2
     assert book.waits_since("ns/pool", 0.0) == 1
     assert book.waits_since("ns/other", 0.0) == 0
-    now[0] = 200.0
+    clock.advance(80)
     book.banned(key)  # the two older bans fell past the horizon
     assert book.bans_since(key, 0.0) == 1
     assert repr(book) == "<DemandBook [bans: 1 on 1 proxies | waits: 1]>"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -20,8 +21,8 @@ from egress_proxies.operator.reconcile import Action, Observed, ProxyView, decid
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import ErrorClass
 
-NOW = "2026-11-29T12:00:00Z"
-LATER = "2026-11-29T12:05:00Z"
+NOW = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC)
+LATER = NOW + datetime.timedelta(minutes=5)
 
 MANAGED: dict[str, Any] = {"provider": "kubernetes", "kubernetes": {}}
 EXTERNAL: dict[str, Any] = {"mode": "External", "endpoint": {"host": "10.0.0.9", "port": 8080}}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.kube import ApiError, JsonObject
 from egress_proxies.kube.reflector import (
     INITIAL_BACKOFF,
@@ -110,12 +111,29 @@ def listing(version: str, *items: JsonObject) -> JsonObject:
     return {"metadata": {"resourceVersion": version}, "items": list(items)}
 
 
-async def run_until_idle(reflector: Reflector, server: ScriptedServer) -> None:
+async def run_until_idle(
+    reflector: Reflector,
+    server: ScriptedServer,
+    clock: ManualClock,
+    while_asleep: Callable[[], None] = lambda: None,
+) -> list[float]:
+    """Run the reflector until its scripts are spent, ending each of its sleeps; the sleeps."""
+    slept: list[float] = []
     task = asyncio.create_task(reflector.run())
-    await asyncio.wait_for(server.done.wait(), 5)
+    for _ in range(10_000):
+        if server.done.is_set():
+            break
+        wake = clock.next_wake
+        if wake is not None:
+            while_asleep()
+            slept.append(wake - clock.monotonic())
+            clock.advance(wake - clock.monotonic())
+        await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert server.done.is_set(), "the reflector never reached the end of its scripts"
+    return slept
 
 
 async def test_lists_then_watches_from_the_lists_version_and_then_the_last_event() -> None:
@@ -130,8 +148,9 @@ async def test_lists_then_watches_from_the_lists_version_and_then_the_last_event
         ],
     )
     sink = Recorder()
-    reflector = Reflector(server, "/x", sink)
-    await run_until_idle(reflector, server)
+    clock = ManualClock()
+    reflector = Reflector(server, "/x", sink, clock=clock)
+    await run_until_idle(reflector, server, clock)
     assert server.calls == [("list", None), ("watch", "10"), ("watch", "15"), ("watch", "16")]
     assert sink.names == {"b": "11"}
     assert reflector.synced.is_set()
@@ -145,14 +164,10 @@ async def test_a_410_error_event_relists_at_once_and_drops_what_vanished() -> No
         [listing("10", obj("a", "9"), obj("b", "9")), listing("30", obj("b", "29"))],
         [[gone]],
     )
-    sleeps: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-
     sink = Recorder()
-    reflector = Reflector(server, "/x", sink, sleep=sleep)
-    await run_until_idle(reflector, server)
+    clock = ManualClock()
+    reflector = Reflector(server, "/x", sink, clock=clock)
+    sleeps = await run_until_idle(reflector, server, clock)
     assert server.calls == [("list", None), ("watch", "10"), ("list", None), ("watch", "30")]
     assert sink.names == {"b": "29"}
     assert sink.replaced == 2
@@ -170,34 +185,21 @@ async def test_errors_back_off_doubling_and_unsynced_until_a_list_succeeds() -> 
         ],
         [],
     )
-    sleeps: list[float] = []
-    reflector = Reflector(server, "/x", Recorder(), label_selector="a/b", sleep=sleeps_into(sleeps))
-    task = asyncio.create_task(reflector.run())
-    await asyncio.wait_for(server.done.wait(), 5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert sleeps == [0.5, 1.0, 2.0]
+    clock = ManualClock()
+    reflector = Reflector(server, "/x", Recorder(), label_selector="a/b", clock=clock)
+    assert await run_until_idle(reflector, server, clock) == [0.5, 1.0, 2.0]
     assert server.calls[:4] == [("list", "a/b")] * 4
     assert reflector.synced.is_set()
     assert reflector.errors == 3
 
 
-def sleeps_into(sleeps: list[float]) -> Any:
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-
-    return sleep
-
-
 async def test_not_synced_while_the_first_list_fails() -> None:
     server = ScriptedServer([ApiError(500, "", "x")] * 3 + [listing("1")], [])
     synced_while_failing: list[bool] = []
-
-    async def sleep(_: float) -> None:
-        synced_while_failing.append(reflector.synced.is_set())
-
-    reflector = Reflector(server, "/x", Recorder(), sleep=sleep)
-    await run_until_idle(reflector, server)
+    clock = ManualClock()
+    reflector = Reflector(server, "/x", Recorder(), clock=clock)
+    await run_until_idle(
+        reflector, server, clock, lambda: synced_while_failing.append(reflector.synced.is_set())
+    )
     assert synced_while_failing == [False, False, False]
     assert reflector.synced.is_set()
