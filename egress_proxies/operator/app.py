@@ -290,7 +290,8 @@ class Operator:
                 worker_idle=settings.stack_worker_idle,
                 worker_operations=settings.stack_worker_operations,
                 worker_module=STACK_WORKER_MODULE,
-            )
+            ),
+            self.clock,
         )
         self.gce = gce_inventory(settings.gcp_project, shard) if settings.gcp_project else None
         inventories: list[Inventory] = [

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from egress_proxies.clock import Clock
 from egress_proxies.errors import ClosedError
 from egress_proxies.stacks.backend import FileBackend, StackState
 from egress_proxies.stacks.errors import StackOperationError
@@ -26,14 +27,14 @@ __all__ = ["RunnerSettings", "StackOperationError", "StackRunner"]
 class StackRunner:
     """Creates, updates and destroys per-Proxy stacks on a file:// backend."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(self, settings: RunnerSettings, clock: Clock | None = None) -> None:
         self._settings = settings
         self.backend: FileBackend = settings.backend()
         self.worker: StackWorker | None = None
         self._operations: Any = None
         self._pool: ThreadPoolExecutor | None = None
         if settings.worker_idle > 0:
-            self.worker = StackWorker(settings)
+            self.worker = StackWorker(settings, clock)
         else:
             # Imported here: with the worker, the operator needs no pulumi of its own.
             from egress_proxies.stacks.operations import StackOperations  # noqa: PLC0415

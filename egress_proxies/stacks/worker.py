@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import ClosedError
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.settings import RunnerSettings
@@ -65,14 +66,15 @@ class _Process:
     taken: int = 0  # operations sent to it
     retiring: bool = False  # takes no new operation; stops once its calls are done
     reader: asyncio.Task[None] | None = None
-    idle: asyncio.TimerHandle | None = None
+    idle: asyncio.Task[None] | None = None  # retires it after `worker_idle` on the clock
 
 
 class StackWorker:
     """Sends stack operations to a worker process, starting and retiring it as needed."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
+    def __init__(self, settings: RunnerSettings, clock: Clock | None = None) -> None:
         self._settings = settings
+        self._clock = clock or SystemClock()
         self._current: _Process | None = None
         self._live: set[_Process] = set()
         self._starting = asyncio.Lock()
@@ -219,15 +221,14 @@ class StackWorker:
         if proc.retiring:
             self._stop(proc)
         elif proc.idle is None:
-            loop = asyncio.get_running_loop()
-            proc.idle = loop.call_later(
-                self._settings.worker_idle,
-                self._stop_if_idle,
-                proc,
+            proc.idle = asyncio.create_task(
+                self._stop_when_idle(proc),
+                name=f"stack-worker-{proc.process.pid}-idle",
                 context=contextvars.Context(),
             )
 
-    def _stop_if_idle(self, proc: _Process) -> None:
+    async def _stop_when_idle(self, proc: _Process) -> None:
+        await self._clock.sleep(self._settings.worker_idle)
         proc.idle = None
         if not proc.calls:
             self._stop(proc)

@@ -130,16 +130,16 @@ class StackMetrics:
         (`transient`, `quota`, `permanent`), or `error` for anything else.
         A cancelled operation did not finish and is not recorded.
         """
-        started = time.monotonic()
+        started = time.perf_counter()
         try:
             yield
         except StackOperationError as error:
-            self.observe(op, classify(error.text).value.lower(), time.monotonic() - started)
+            self.observe(op, classify(error.text).value.lower(), time.perf_counter() - started)
             raise
         except Exception:
-            self.observe(op, "error", time.monotonic() - started)
+            self.observe(op, "error", time.perf_counter() - started)
             raise
-        self.observe(op, "ok", time.monotonic() - started)
+        self.observe(op, "ok", time.perf_counter() - started)
 
 
 class ProviderMetrics:

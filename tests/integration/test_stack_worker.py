@@ -15,6 +15,7 @@ import pulumi
 import pytest
 
 from egress_proxies import toolchain
+from egress_proxies.clock import ManualClock
 from egress_proxies.stacks.runner import RunnerSettings, StackOperationError, StackRunner
 
 
@@ -83,11 +84,20 @@ async def test_an_up_runs_in_the_worker_and_its_outputs_come_back(runner: StackR
 
 
 async def test_an_idle_worker_exits_and_the_next_operation_starts_another(tmp_path: Path) -> None:
-    runner = StackRunner(settings(tmp_path, idle=0.5))
+    clock = ManualClock()
+    runner = StackRunner(settings(tmp_path, idle=60.0), clock)
     try:
         assert runner.worker is not None
         await runner.destroy("worker.absent")  # no stack: no pulumi process, only the worker
         [first] = runner.worker.pids
+        for _ in range(1000):
+            if clock.sleepers:
+                break
+            await asyncio.sleep(0)
+        clock.advance(59.9)
+        await asyncio.sleep(0.2)
+        assert runner.worker.pids == [first], "retired only after `worker_idle` on its clock"
+        clock.advance(0.1)
         for _ in range(100):
             if not runner.worker.pids:
                 break
