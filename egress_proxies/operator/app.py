@@ -210,7 +210,7 @@ def programs() -> dict[ProviderName, Program]:
     }
 
 
-def gce_inventory(project: str, shard: Shard | None) -> GceInventory:
+def gce_inventory(project: str, shard: Shard | None, clock: Clock) -> GceInventory:
     """The GCE inventory of `project`, with Application Default Credentials.
 
     google-auth (with `requests` and cryptography) and pulumi-gcp are imported
@@ -219,7 +219,8 @@ def gce_inventory(project: str, shard: Shard | None) -> GceInventory:
     """
     from egress_proxies.providers.gcp_auth import application_default_tokens  # noqa: PLC0415
 
-    return GceInventory(project, application_default_tokens(), shard=shard.name if shard else None)
+    tokens = application_default_tokens(clock)
+    return GceInventory(project, tokens, shard=shard.name if shard else None)
 
 
 class Operator:
@@ -293,7 +294,9 @@ class Operator:
             ),
             self.clock,
         )
-        self.gce = gce_inventory(settings.gcp_project, shard) if settings.gcp_project else None
+        self.gce = (
+            gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
+        )
         inventories: list[Inventory] = [
             TracedInventory(MeteredInventory(inventory, self.metrics.providers), self.spans)
             for inventory in (

@@ -113,7 +113,7 @@ def metadata_server_tokens() -> GoogleAuthTokens:
     return GoogleAuthTokens(compute_engine.Credentials(scopes=[COMPUTE_SCOPE]))
 
 
-def application_default_tokens() -> GoogleAuthTokens:
+def application_default_tokens(clock: Clock | None = None) -> GoogleAuthTokens:
     """Tokens of Application Default Credentials; CredentialsError when there are none.
 
     `GOOGLE_APPLICATION_CREDENTIALS` (the key file the pulumi-gcp provider
@@ -125,4 +125,4 @@ def application_default_tokens() -> GoogleAuthTokens:
     except google.auth.exceptions.DefaultCredentialsError as error:
         summary = str(error.args[0]) if error.args else type(error).__name__
         raise CredentialsError(f"no Google credentials: {summary}") from None
-    return GoogleAuthTokens(credentials)
+    return GoogleAuthTokens(credentials, clock=clock)
