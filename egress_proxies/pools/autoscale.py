@@ -12,6 +12,7 @@ delay, so a pool never flaps faster than the delay.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from egress_proxies.pool_model import Autoscale, Demand
 
@@ -27,8 +28,8 @@ class ScaleInput:
     demand: Demand
     busy: int  # members holding at least one lease
     settled: bool  # every non-draining member is Ready
-    low_use_since: float | None
-    now: float
+    low_use_since: datetime | None
+    now: datetime
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ScaleDecision:
     replicas: int
     reason: str | None = None
     message: str = ""
-    low_use_since: float | None = None
+    low_use_since: datetime | None = None
     limited: str | None = None  # AtMaxReplicas while demand asks for more
 
 
@@ -72,10 +73,11 @@ def decide(policy: Autoscale, seen: ScaleInput) -> ScaleDecision:
     if enough >= seen.replicas:
         return ScaleDecision(seen.replicas)
     since = seen.now if seen.low_use_since is None else seen.low_use_since
-    if seen.now - since < policy.scale_down_delay_seconds:
+    low_for = (seen.now - since).total_seconds()
+    if low_for < policy.scale_down_delay_seconds:
         return ScaleDecision(seen.replicas, low_use_since=since)
     why = (
         f"{seen.busy} of {seen.replicas} proxies leased (utilization {utilization:.0f}%) for "
-        f"{seen.now - since:.0f}s; keeping {policy.min_idle} idle"
+        f"{low_for:.0f}s; keeping {policy.min_idle} idle"
     )
     return ScaleDecision(enough, DOWN, why)

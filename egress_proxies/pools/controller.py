@@ -87,9 +87,9 @@ class PoolComponents:
 
 @dataclass
 class _Expectations:
-    created: dict[str, tuple[float, str]] = field(default_factory=dict)  # name -> (until, hash)
-    drained: dict[str, float] = field(default_factory=dict)  # name -> since
-    deleted: dict[str, float] = field(default_factory=dict)  # name -> until
+    created: dict[str, tuple[datetime.datetime, str]] = field(default_factory=dict)  # (until, hash)
+    drained: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> since
+    deleted: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> until
 
 
 def template_hash(template: Mapping[str, Any]) -> str:
@@ -98,14 +98,9 @@ def template_hash(template: Mapping[str, Any]) -> str:
     return hashlib.sha256(document.encode()).hexdigest()[:10]
 
 
-def parse_time(value: str | None) -> float | None:
-    """Seconds since the epoch of a Kubernetes timestamp."""
-    return parse_k8s_time(value).timestamp() if value else None
-
-
-def format_time(moment: float) -> str:
-    """A Kubernetes timestamp of epoch seconds."""
-    return k8s_time(datetime.datetime.fromtimestamp(moment, datetime.UTC))
+def parse_time(value: str | None) -> datetime.datetime | None:
+    """A Kubernetes timestamp that may be absent."""
+    return parse_k8s_time(value) if value else None
 
 
 class PoolController:
@@ -142,7 +137,7 @@ class PoolController:
             logger.warning("pool %s: invalid spec: %s", pool, error)
             return
         status = _status_of(body)
-        now = self._c.clock.time()
+        now = self._c.clock.utcnow()
         wanted_hash = template_hash(raw_spec.get("template") or {})
         expected = self._expected.setdefault(pool, _Expectations())
         counts = await self._c.lease_counts()
@@ -183,7 +178,7 @@ class PoolController:
                     decision.message,
                 )
                 spec = spec.model_copy(update={"replicas": decision.replicas})
-                last_scale = format_time(now)
+                last_scale = k8s_time(now)
         step = plan(spec, wanted_hash, members, now, self._c.max_lease_seconds)
         await self._carry_out(body, spec, wanted_hash, step, expected, post_event, now)
         await self._write_status(
@@ -205,9 +200,9 @@ class PoolController:
         spec: ProxyPoolSpec,
         expected: _Expectations,
         counts: Mapping[ProxyKey, int],
-        now: float,
+        now: datetime.datetime,
     ) -> list[Member]:
-        window_start = now - spec.rotation.ban_window_seconds
+        window_start = (now - _seconds(spec.rotation.ban_window_seconds)).timestamp()
         seen: set[str] = set()
         members: list[Member] = []
         for body in bodies:
@@ -254,7 +249,7 @@ class PoolController:
         members: Sequence[Member],
         counts: Mapping[ProxyKey, int],
         status: ProxyPoolStatus,
-        now: float,
+        now: datetime.datetime,
     ) -> Demand:
         capacity = 0
         for body in bodies:
@@ -264,7 +259,11 @@ class PoolController:
             ):
                 capacity += int((body.get("spec") or {}).get("maxLeases", 1))
         # Waits counted since the last scaling step only: the step answered the earlier ones.
-        since = max(now - WAIT_WINDOW_SECONDS, parse_time(status.last_scale_time) or 0.0)
+        last_scale = parse_time(status.last_scale_time)
+        since = max(
+            (now - _seconds(WAIT_WINDOW_SECONDS)).timestamp(),
+            last_scale.timestamp() if last_scale else 0.0,
+        )
         return Demand(
             active_leases=sum(counts.get(proxy_key(namespace, m.name), 0) for m in members),
             capacity=capacity,
@@ -285,7 +284,7 @@ class PoolController:
         step: Plan,
         expected: _Expectations,
         post_event: PostEvent,
-        now: float,
+        now: datetime.datetime,
     ) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
@@ -297,7 +296,7 @@ class PoolController:
             except ConflictError:  # a name taken: the next round tries another
                 continue
             proxy_name = proxy["metadata"]["name"]
-            expected.created[proxy_name] = (now + EXPECTATION_SECONDS, wanted_hash)
+            expected.created[proxy_name] = (now + _seconds(EXPECTATION_SECONDS), wanted_hash)
             logger.info("pool %s: created proxy %s", pool, proxy_name)
         if step.create:
             post_event("Normal", "Created", f"created {step.create} proxies")
@@ -306,7 +305,7 @@ class PoolController:
                 self._c.client,
                 PROXIES.path(namespace, drain.name),
                 DRAINING_ANNOTATION,
-                format_time(now),
+                k8s_time(now),
             )
             expected.drained[drain.name] = now
             post_event("Normal", "Draining", f"proxy {drain.name}: {drain.reason}")
@@ -315,7 +314,7 @@ class PoolController:
                 self._c.metrics.drained(pool, drain.reason)
         for proxy_name in step.delete:
             await self._c.client.delete(PROXIES.path(namespace, proxy_name))
-            expected.deleted[proxy_name] = now + EXPECTATION_SECONDS
+            expected.deleted[proxy_name] = now + _seconds(EXPECTATION_SECONDS)
             expected.drained.pop(proxy_name, None)
             post_event("Normal", "Deleted", f"proxy {proxy_name} drained and deleted")
             logger.info("pool %s: deleted drained proxy %s", pool, proxy_name)
@@ -327,7 +326,7 @@ class PoolController:
         members: Sequence[Member],
         step: Plan,
         demand: Demand,
-        low_use_since: float | None,
+        low_use_since: datetime.datetime | None,
         last_scale: str | None,
         limited: str | None,
         wanted_hash: str,
@@ -340,7 +339,7 @@ class PoolController:
         conditions = pool_conditions(
             Round(spec, members, step, wanted_hash, limited, generation),
             _status_of(body).conditions,
-            format_time(self._c.clock.time()),
+            k8s_time(self._c.clock.utcnow()),
         )
         status = ProxyPoolStatus(
             replicas=len(active),
@@ -351,7 +350,7 @@ class PoolController:
             selector=f"{POOL_LABEL}={name}",
             observed_generation=generation,
             demand=demand,
-            low_use_since=format_time(low_use_since) if low_use_since is not None else None,
+            low_use_since=k8s_time(low_use_since) if low_use_since is not None else None,
             last_scale_time=last_scale,
             conditions=conditions,
         )
@@ -373,6 +372,10 @@ class PoolController:
 _NULLED: dict[str, None] = {"lowUseSince": None, "lastScaleTime": None}
 
 _KNOWN = {f.alias or n for n, f in ProxyPoolStatus.model_fields.items()}
+
+
+def _seconds(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=seconds)
 
 
 def _status_of(body: Mapping[str, Any]) -> ProxyPoolStatus:

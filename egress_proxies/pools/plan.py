@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from egress_proxies.pool_model import ProxyPoolSpec
 
@@ -32,12 +33,12 @@ class Member:
     """One Proxy of the pool as the controller sees it."""
 
     name: str
-    created: float  # seconds since the epoch
+    created: datetime
     ready: bool
     leases: int
     bans: int  # within the rotation's ban window
     template_hash: str
-    draining_since: float | None = None
+    draining_since: datetime | None = None
     failure: str | None = None  # why it failed permanently (PermanentError), if it did
 
     @property
@@ -69,14 +70,17 @@ class Plan:
         return not (self.create or self.drain or self.delete)
 
 
-def stale_reason(spec: ProxyPoolSpec, template_hash: str, member: Member, now: float) -> str | None:
+def stale_reason(
+    spec: ProxyPoolSpec, template_hash: str, member: Member, now: datetime
+) -> str | None:
     """Why a member must be replaced, or None."""
     if member.template_hash != template_hash:
         return TEMPLATE_CHANGED
     rotation = spec.rotation
     if rotation.max_bans is not None and member.bans >= rotation.max_bans:
         return BANNED
-    if rotation.max_age_seconds is not None and now - member.created >= rotation.max_age_seconds:
+    max_age = rotation.max_age_seconds
+    if max_age is not None and (now - member.created).total_seconds() >= max_age:
         return TOO_OLD
     return None
 
@@ -85,7 +89,7 @@ def plan(
     spec: ProxyPoolSpec,
     template_hash: str,
     members: Sequence[Member],
-    now: float,
+    now: datetime,
     max_lease_seconds: float,
 ) -> Plan:
     """The next step towards `spec.replicas` fresh, Ready members."""
@@ -96,7 +100,7 @@ def plan(
     ready = sum(1 for m in active if m.ready)
     drains: list[Drain] = []
 
-    def removal_order(m: Member) -> tuple[bool, bool, bool, float]:
+    def removal_order(m: Member) -> tuple[bool, bool, bool, datetime]:
         return reasons[m.name] is None, m.leases > 0, m.ready, m.created
 
     def try_drain(m: Member, reason: str) -> bool:
@@ -131,7 +135,7 @@ def plan(
         m.name
         for m in members
         if m.draining_since is not None
-        and (m.leases == 0 or now - m.draining_since >= max_lease_seconds)
+        and (m.leases == 0 or (now - m.draining_since).total_seconds() >= max_lease_seconds)
     )
     stale = sum(1 for m in remaining if reasons[m.name] is not None)
     return Plan(create=create, drain=tuple(drains), delete=delete, stale=stale)

@@ -7,6 +7,7 @@ tools/go/kstatus over sigs.k8s.io/cli-utils.
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ from harness.kstatus import kstatus
 
 ARGOCD = Path(__file__).resolve().parents[2] / "deploy" / "argocd"
 NOW = "2026-12-04T12:00:00Z"
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE
 ARGO_FOR_KSTATUS = {"Current": "Healthy", "InProgress": "Progressing", "Failed": "Degraded"}
 # Run as Argo CD does: `obj` is the object, the script's value is the health.
@@ -137,7 +139,7 @@ def pool(members: list[Member], replicas: int) -> dict[str, Any]:
     spec = ProxyPoolSpec.model_validate(
         {"replicas": replicas, "template": {"spec": {"provider": "kubernetes"}}}
     )
-    step = plan(spec, "h1", members, 1000.0, 3600.0)
+    step = plan(spec, "h1", members, EPOCH + datetime.timedelta(seconds=1000), 3600.0)
     conditions = pool_conditions(Round(spec, members, step, "h1", None, 3), [], NOW)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -152,14 +154,21 @@ def pool(members: list[Member], replicas: int) -> dict[str, Any]:
 
 
 def member(name: str, ready: bool = True, **extra: Any) -> Member:
-    return Member(name, 0.0, ready, 0, 0, extra.pop("template_hash", "h1"), **extra)
+    return Member(name, EPOCH, ready, 0, 0, extra.pop("template_hash", "h1"), **extra)
 
 
 POOL_STATES = {
     "ready": pool([member("a"), member("b")], 2),
     "scaling up": pool([member("a"), member("b"), member("c", ready=False)], 4),
     "rolling": pool([member("a", template_hash="h0"), member("b")], 2),
-    "draining": pool([member("a"), member("b"), member("c", draining_since=900.0)], 2),
+    "draining": pool(
+        [
+            member("a"),
+            member("b"),
+            member("c", draining_since=EPOCH + datetime.timedelta(seconds=900)),
+        ],
+        2,
+    ),
     "stalled": pool([member("a", ready=False, failure="spec.gcp is required")], 1),
 }
 

@@ -31,14 +31,19 @@ def seen(
     low_use_since: float | None = None,
     now: float = 1000.0,
 ) -> ScaleInput:
+    """The autoscaler's input, its times in seconds since the epoch."""
     return ScaleInput(
         replicas=replicas,
         demand=Demand(active_leases=leases, capacity=capacity, waiting_per_minute=waiting),
         busy=leases if busy is None else busy,
         settled=settled,
-        low_use_since=low_use_since,
-        now=now,
+        low_use_since=None if low_use_since is None else at(low_use_since),
+        now=at(now),
     )
+
+
+def at(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
 
 
 def test_full_utilization_scales_up_by_a_step() -> None:
@@ -66,9 +71,9 @@ def test_at_max_the_pool_reports_scaling_limited() -> None:
 
 def test_low_use_scales_down_only_after_the_delay_keeping_min_idle() -> None:
     first = decide(POLICY, seen(4, 1, 4, now=1000.0))
-    assert (first.replicas, first.reason, first.low_use_since) == (4, None, 1000.0)
+    assert (first.replicas, first.reason, first.low_use_since) == (4, None, at(1000.0))
     waiting = decide(POLICY, seen(4, 1, 4, low_use_since=1000.0, now=1029.0))
-    assert waiting.reason is None and waiting.low_use_since == 1000.0
+    assert waiting.reason is None and waiting.low_use_since == at(1000.0)
     down = decide(POLICY, seen(4, 1, 4, low_use_since=1000.0, now=1030.0))
     assert (down.replicas, down.reason) == (2, DOWN)  # one busy + minIdle 1
 

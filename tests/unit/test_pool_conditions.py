@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from egress_proxies.model import (
@@ -25,6 +26,7 @@ from egress_proxies.pools.plan import Member, Plan, plan
 
 HASH = "h1"
 NOW = "2026-12-04T12:00:00Z"
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 LATER = "2026-12-04T12:01:00Z"
 
 
@@ -35,14 +37,14 @@ def spec(replicas: int, **extra: Any) -> ProxyPoolSpec:
 
 
 def member(name: str, *, ready: bool = True, template_hash: str = HASH, **extra: Any) -> Member:
-    return Member(name, 0.0, ready, 0, 0, template_hash, **extra)
+    return Member(name, EPOCH, ready, 0, 0, template_hash, **extra)
 
 
 def decided(
     replicas: int, members: list[Member], previous: list[Condition] | None = None, **extra: Any
 ) -> dict[str, tuple[str, str]]:
     wanted = spec(replicas)
-    step = plan(wanted, HASH, members, 1000.0, 3600.0)
+    step = plan(wanted, HASH, members, EPOCH + datetime.timedelta(seconds=1000), 3600.0)
     found = pool_conditions(
         Round(wanted, members, step, HASH, extra.get("limited"), 7), previous or [], NOW
     )
@@ -84,7 +86,14 @@ def test_members_above_replicas_are_a_scale_down_in_progress() -> None:
 
 
 def test_a_member_still_draining_keeps_it_not_ready() -> None:
-    found = decided(2, [member("a"), member("b"), member("old", draining_since=900.0)])
+    found = decided(
+        2,
+        [
+            member("a"),
+            member("b"),
+            member("old", draining_since=EPOCH + datetime.timedelta(seconds=900)),
+        ],
+    )
     assert found[READY] == ("False", pool.DRAINING)
     assert found[RECONCILING] == ("True", pool.DRAINING)
 
