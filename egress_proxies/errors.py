@@ -31,7 +31,12 @@ from __future__ import annotations
 
 
 class EgressProxiesError(Exception):
-    """Any error raised by egress-proxies itself (not by a library it calls)."""
+    """Any error raised by egress-proxies itself (not by a library it calls).
+
+    The operator distribution's root. The crawler client, a separate
+    distribution that never imports this one, has its own root of the same
+    name (`egress_proxies_client.EgressProxiesError`).
+    """
 
 
 class ClosedError(EgressProxiesError, RuntimeError):

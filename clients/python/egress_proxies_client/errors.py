@@ -20,7 +20,12 @@ from dataclasses import dataclass
 
 
 class EgressProxiesError(Exception):
-    """The root of every error this client raises."""
+    """The root of every error this client raises.
+
+    The client distribution's root, apart from the operator's
+    `egress_proxies.errors.EgressProxiesError` of the same name: crawlers
+    install only this distribution, so neither imports the other.
+    """
 
 
 class ApiError(EgressProxiesError):
