@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from collections.abc import Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -72,7 +73,7 @@ def _groups(model: type[BaseModel]) -> dict[str, list[str]]:
     hierarchy = [cls for cls in model.__mro__ if issubclass(cls, BaseModel)]
     groups: dict[str, list[str]] = {str(getattr(cls, "title", "options")): [] for cls in hierarchy}
     for name in model.model_fields:
-        declaring = [cls for cls in hierarchy if name in getattr(cls, "__annotations__", {})]
+        declaring = [cls for cls in hierarchy if name in vars(cls).get("__annotations__", {})]
         groups[str(getattr(declaring[-1], "title", "options"))].append(name)
     return {title: names for title, names in groups.items() if names}
 
@@ -96,12 +97,14 @@ def _add_argument(group: argparse._ArgumentGroup, model: type[BaseModel], name: 
     }
     if info.annotation is bool:
         group.add_argument(flag_of(model, name), action="store_const", const=True, **common)
-    elif name == "namespaces":
-        group.add_argument(flag_of(model, name), action="append", metavar="NAMESPACES", **common)
     else:
         flag = flag_of(model, name)
-        metavar = flag.removeprefix("--").replace("-", "_").upper()
-        group.add_argument(flag, metavar=metavar, **common)
+        group.add_argument(
+            flag,
+            action="append" if typing.get_origin(info.annotation) is list else "store",
+            metavar=flag.removeprefix("--").replace("-", "_").upper(),
+            **common,
+        )
 
 
 def read_options(flags: argparse.Namespace, model: type[Model]) -> Model:
