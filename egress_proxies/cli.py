@@ -83,8 +83,7 @@ def _add_argument(group: argparse._ArgumentGroup, model: type[BaseModel], name: 
     variables = variables_of(model, name)
     shown = "unset" if info.default in (None, []) else info.default
     sources = [" or ".join(f"${variable}" for variable in variables)] if variables else []
-    if not info.is_required():
-        sources.append(f"default: {shown}")
+    sources.append("required" if info.is_required() else f"default: {shown}")
     text = info.description or ""
     if sources:
         text += f" ({'; '.join(sources)})"
