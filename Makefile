@@ -26,7 +26,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q tests/unit/test_kube_addressing.py
+	$(PY) -m pytest -q tests/unit/test_kube_addressing.py tests/unit/test_env_access.py
 
 typecheck: venv
 	$(VENV)/bin/mypy

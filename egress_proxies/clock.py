@@ -1,7 +1,7 @@
 """The time seam: every component reads and waits on time only through a Clock.
 
 `SystemClock` is the real one, built once by each composition root
-(`operator/app.py`, `tier/app.py`) and handed to every component that reads
+(`operator/process.py`, `tier/app.py`) and handed to every component that reads
 the time or waits; `ManualClock` is virtual time for tests. A Kubernetes
 timestamp is written with `k8s_time` (or `k8s_micro_time`) and read with
 `parse_k8s_time`, nowhere else: decisions compare timezone-aware datetimes.

@@ -1,7 +1,7 @@
 """The operator's one exception root: every error it defines derives from it.
 
     EgressProxiesError
-    ├── ConfigurationError            operator/app.py    bad flags or settings
+    ├── ConfigurationError            operator/factories.py  the operator cannot start as set
     ├── StateDirBusyError             operator/state_dir.py  another operator holds the state dir
     ├── PeeringError                  operator/peering.py    the peering object cannot be read
     ├── SweepRefusedError             gc/sweeper.py      the GC will not run half-blind

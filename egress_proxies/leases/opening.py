@@ -16,6 +16,18 @@ DEFAULT_PREFIX = "egress-proxies"
 DEFAULT_TIMEOUT = 1.0
 
 
+def check_store_url(url: str) -> None:
+    """ValueError unless `url` names a store; the error names the scheme, or the URL redacted."""
+    if url == MEMORY:
+        return
+    scheme = urlsplit(url).scheme
+    if scheme not in REDIS_SCHEMES:
+        named = f"scheme {scheme!r}" if scheme else f"URL {redact_url(url)!r} without a scheme"
+        raise ValueError(
+            f"lease store {named}: expected 'memory' or a redis://, rediss:// or unix:// URL"
+        )
+
+
 def open_lease_store(
     url: str | None,
     *,
@@ -32,12 +44,7 @@ def open_lease_store(
     limits = limits or LeaseLimits()
     if url is None or url == MEMORY:
         return MemoryLeaseStore(limits, clock=clock)
-    scheme = urlsplit(url).scheme
-    if scheme not in REDIS_SCHEMES:
-        named = f"scheme {scheme!r}" if scheme else f"URL {redact_url(url)!r} without a scheme"
-        raise ValueError(
-            f"lease store {named}: expected 'memory' or a redis://, rediss:// or unix:// URL"
-        )
+    check_store_url(url)
     if timeout <= 0:
         raise ValueError("the lease store timeout must be positive")
     # Imported here: redis-py costs about 6 MiB an operator on the memory store never uses.

@@ -23,7 +23,6 @@ from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ApiError, ConflictError, KubeClient, NotFoundError
 from egress_proxies.kube.resources import CLUSTER_KOPF_PEERINGS, KOPF_PEERINGS
 
-DEFAULT_PEERING = "egress-proxies"
 PAUSE_CHECK_SECONDS = 2.0
 
 

@@ -4,51 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock
-from egress_proxies.discovery import DEFAULT_PORT, create_app, start
+from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
 from egress_proxies.kube.reflector import Reflector
 from egress_proxies.kube.resources import PROXIES, SECRETS
-from egress_proxies.leases import LeaseLimits, LeaseStore, open_lease_store
+from egress_proxies.leases import LeaseStore
 from egress_proxies.leases.opening import MEMORY
-from egress_proxies.leases.urls import redact_url
 from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, UID_LABEL
+from egress_proxies.settings import DiscoverySettings, process_environment
 from egress_proxies.telemetry.logs import setup_logging
 from egress_proxies.tier.sinks import ProxySink, SecretSink
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TierSettings:
-    """Everything `egress-proxies discovery` can be told."""
-
-    lease_store: str
-    kubeconfig: Path | None = None
-    host: str = "0.0.0.0"  # noqa: S104 - a Service fronts the replicas
-    port: int = DEFAULT_PORT
-    tokens_dir: Path | None = None
-    allow_no_auth: bool = False
-    lease_store_prefix: str = "egress-proxies"
-    lease_store_timeout: float = 1.0
-    limits: LeaseLimits = field(default_factory=LeaseLimits)
-
-    def __repr__(self) -> str:
-        # The lease store URL may carry a Redis password.
-        fields = ", ".join(
-            f"{name}={redact_url(value) if name == 'lease_store' else value!r}"
-            for name, value in vars(self).items()
-        )
-        return f"TierSettings({fields})"
 
 
 class DiscoveryTier:
@@ -56,13 +30,13 @@ class DiscoveryTier:
 
     def __init__(
         self,
-        settings: TierSettings,
+        settings: DiscoverySettings,
         client: KubeClient,
         store: LeaseStore,
         clock: Clock | None = None,
     ) -> None:
-        self.settings = settings
         self.clock = clock or SystemClock()
+        self.settings = settings
         self.fleet = Fleet()
         self.store = store
         self.reflectors: Sequence[Reflector] = (
@@ -89,17 +63,18 @@ class DiscoveryTier:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Reflect and serve until `stop` is set."""
-        tokens_dir = self.settings.tokens_dir
+        tokens_dir = self.settings.discovery_tokens_dir
         app = create_app(
             self.fleet,
             self.store,
             TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
-            allow_no_auth=self.settings.allow_no_auth,
+            allow_no_auth=self.settings.discovery_allow_no_auth,
             synced=self.synced,
         )
         tasks = [asyncio.create_task(reflector.run()) for reflector in self.reflectors]
-        runner = await start(app, self.settings.host, self.settings.port)
-        logger.info("discovery tier on %s:%d", self.settings.host, self.settings.port)
+        host, port = self.settings.discovery_host, self.settings.discovery_port
+        runner = await start(app, host, port)
+        logger.info("discovery tier on %s:%d", host, port)
         try:
             await stop.wait()
         finally:
@@ -109,25 +84,15 @@ class DiscoveryTier:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def run_tier(settings: TierSettings) -> int:
+def run_tier(settings: DiscoverySettings) -> int:
     """Run the discovery tier until SIGINT or SIGTERM; the process exit code (2: bad settings)."""
     try:
-        setup_logging(os.environ)
+        setup_logging(process_environment())
     except ValueError as error:
-        print(f"egress-proxies: {error}", file=sys.stderr)
+        print(f"egress-proxies: error: {error}", file=sys.stderr)
         return 2
     clock = SystemClock()
-    try:
-        store = open_lease_store(
-            settings.lease_store,
-            prefix=settings.lease_store_prefix,
-            timeout=settings.lease_store_timeout,
-            limits=settings.limits,
-            clock=clock,
-        )
-    except ValueError as error:
-        logger.error("cannot start: --lease-store: %s", error)
-        return 2
+    store = settings.open_store(clock)
     try:
         credentials = Credentials.load(settings.kubeconfig)
     except KubeConfigError as error:

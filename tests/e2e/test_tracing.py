@@ -194,7 +194,7 @@ STARTUP = textwrap.dedent(
     """
     import json, os, sys
     from opentelemetry import trace
-    from egress_proxies.operator import app  # the composition root, and pulumi with it
+    from egress_proxies.operator import main  # the composition root, and pulumi with it
     from egress_proxies.telemetry.logs import setup_logging
     from egress_proxies.telemetry.tracing import setup_tracing, tracer
 

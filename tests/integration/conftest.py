@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.oauth2 import service_account
 
 from egress_proxies.clock import ManualClock
-from egress_proxies.operator.app import OperatorSettings
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import COMPUTE_SCOPE, GoogleAuthTokens
+from egress_proxies.settings import RunSettings
 from harness.origins import Origin, serve_origin
 from tests.integration.fake_compute import (
     PROJECT,
@@ -30,10 +30,11 @@ from tests.integration.fake_compute import (
 
 
 @pytest.fixture
-def offline_operator_settings(tmp_path: Path) -> OperatorSettings:
+def offline_operator_settings(tmp_path: Path) -> RunSettings:
     """Settings for an operator that is built, or run with kopf stood in, but reaches no cluster.
 
-    Its API server address is one where nothing listens.
+    Its API server address is one where nothing listens. The settings are the given
+    values over the defaults: no variable of the test's environment reaches them.
     """
     kubeconfig = tmp_path / "kubeconfig"
     cluster = {
@@ -50,8 +51,8 @@ def offline_operator_settings(tmp_path: Path) -> OperatorSettings:
             }
         )
     )
-    return OperatorSettings(
-        state_dir=tmp_path / "state", kubeconfig=kubeconfig, passphrase="p", peering=None
+    return RunSettings.model_validate(
+        {"state_dir": tmp_path / "state", "kubeconfig": kubeconfig, "standalone": True}
     )
 
 

@@ -22,9 +22,10 @@ import pytest
 import yaml
 
 from egress_proxies import crd, toolchain
-from egress_proxies.cli import build_parser, read_settings
+from egress_proxies.cli import build_parser, read_options
 from egress_proxies.kube import ApiError, ConflictError, KubeClient
 from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
+from egress_proxies.settings import DiscoverySettings, RunSettings
 from tests.conftest import ClusterHandle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,10 +132,9 @@ def test_the_deployment_keeps_its_invariants() -> None:
 def test_the_deployment_runs_a_command_the_cli_accepts() -> None:
     deployment = objects(kustomize(DEPLOY))[("Deployment", "egress-proxies")]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    parser = build_parser()
-    args = parser.parse_args(container["args"])
+    args = build_parser().parse_args(container["args"])
     assert args.command == "run"
-    settings = read_settings(parser, args)
+    settings = read_options(args, RunSettings)
     assert settings.state_dir == Path("/var/lib/egress-proxies")
     assert settings.discovery_tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
     ports = (settings.liveness_port, settings.discovery_port, settings.metrics_port)
@@ -302,8 +302,9 @@ def test_the_scale_out_overlay_adds_the_discovery_tier_and_a_trial_redis(
     # The container's environment names the store (from the lease-store Secret).
     monkeypatch.setenv("EGRESS_PROXIES_LEASE_STORE", "redis://egress-proxies-redis:6379/0")
     args = build_parser().parse_args(container["args"])
-    assert (args.command, args.port) == ("discovery", 8090)
-    assert args.tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
+    settings = read_options(args, DiscoverySettings)
+    assert (args.command, settings.discovery_port) == ("discovery", 8090)
+    assert settings.discovery_tokens_dir == Path("/etc/egress-proxies/discovery-tokens")
     rules = built[("ClusterRole", "egress-proxies-discovery")]["rules"]
     assert {verb for rule in rules for verb in rule["verbs"]} <= {"get", "list", "watch"}
     assert {r for rule in rules for r in rule["resources"]} == {"proxies", "secrets"}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from egress_proxies.cli import build_parser, read_settings
-from egress_proxies.operator.shard import shard_from_flags
+from egress_proxies.cli import build_parser, read_options
+from egress_proxies.operator.factories import shard_of
+from egress_proxies.settings import RunSettings
 from tests.integration.test_deploy_manifests import DEPLOY, NAMESPACE, kustomize, objects
 
 
@@ -15,9 +16,8 @@ def test_the_shards_overlay_runs_two_operators_that_share_nothing() -> None:
     for name, deployment in deployments.items():
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        parser = build_parser()
-        settings = read_settings(parser, parser.parse_args(container["args"]))
-        shard = shard_from_flags(settings.shard_name, settings.shard_selector, settings.namespaces)
+        settings = read_options(build_parser().parse_args(container["args"]), RunSettings)
+        shard = shard_of(settings)
         assert shard is not None
         (claim,) = [
             v["persistentVolumeClaim"]["claimName"]

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from egress_proxies.operator.app import Operator, OperatorSettings
+from egress_proxies.operator.process import Operator
 from egress_proxies.providers.gcp_auth import CredentialsError
+from egress_proxies.settings import RunSettings
 from tests.integration.fake_compute import PROJECT
 
 
-def built(settings: OperatorSettings) -> Iterator[Operator]:
-    operator = Operator(settings)
+def built(settings: RunSettings) -> Iterator[Operator]:
+    operator = Operator(settings, passphrase="p")
     try:
         yield operator
     finally:
@@ -24,13 +24,12 @@ def built(settings: OperatorSettings) -> Iterator[Operator]:
 
 
 def test_with_a_project_the_gc_lists_gce_and_the_poll_runs(
-    offline_operator_settings: OperatorSettings, key_file: Path, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: RunSettings, key_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-    interval = datetime.timedelta(seconds=5)
 
-    gce = {"gcp_project": PROJECT, "gce_watch_interval": interval}
-    for operator in built(OperatorSettings(**{**offline_operator_settings.__dict__, **gce})):
+    gce = {"gcp_project": PROJECT, "gce_watch_interval": 5.0}
+    for operator in built(offline_operator_settings.model_copy(update=gce)):
         assert repr(operator.gce) == (
             f"<GceInventory project={PROJECT} "
             f"api=https://compute.googleapis.com/compute/v1/projects/{PROJECT}>"
@@ -40,7 +39,7 @@ def test_with_a_project_the_gc_lists_gce_and_the_poll_runs(
 
 
 def test_without_a_project_there_is_no_gce_inventory(
-    offline_operator_settings: OperatorSettings,
+    offline_operator_settings: RunSettings,
 ) -> None:
     for operator in built(offline_operator_settings):
         assert operator.gce is None
@@ -49,9 +48,11 @@ def test_without_a_project_there_is_no_gce_inventory(
 
 
 def test_a_project_without_credentials_refuses_to_start(
-    offline_operator_settings: OperatorSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: RunSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
 
     with pytest.raises(CredentialsError, match="no Google credentials"):
-        Operator(OperatorSettings(**{**offline_operator_settings.__dict__, "gcp_project": PROJECT}))
+        Operator(
+            offline_operator_settings.model_copy(update={"gcp_project": PROJECT}), passphrase="p"
+        )

@@ -216,7 +216,7 @@ def test_the_entrypoint_is_the_operator_cli_under_tini(bundle: Path) -> None:
 def test_the_python_side_runs_as_uid_65532_on_a_read_only_root(bundle: Path) -> None:
     script = """
 import importlib.resources, os
-import egress_proxies.operator.app, egress_proxies_client
+import egress_proxies.operator.main, egress_proxies_client
 # What the stack worker imports to run a program: pulumi's gRPC needs libstdc++.
 import egress_proxies.stacks.operations, pulumi.automation, grpc._cython.cygrpc
 lua = importlib.resources.files("egress_proxies.leases") / "lua" / "acquire.lua"

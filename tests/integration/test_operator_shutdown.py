@@ -8,7 +8,6 @@ listens (no cluster is needed to watch the order of a shutdown).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ import kopf
 import pytest
 
 from egress_proxies.errors import ClosedError
-from egress_proxies.operator.app import Operator, OperatorSettings
+from egress_proxies.operator.process import Operator
+from egress_proxies.settings import RunSettings
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 from egress_proxies.stacks.worker import StackWorker
 from harness.cluster import wait_for
@@ -42,7 +42,7 @@ def until_cancelled(events: list[str], name: str) -> Any:
 
 
 async def test_producers_stop_before_the_client_runner_and_state_dir_close(
-    offline_operator_settings: OperatorSettings, monkeypatch: pytest.MonkeyPatch
+    offline_operator_settings: RunSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[str] = []
 
@@ -53,12 +53,10 @@ async def test_producers_stop_before_the_client_runner_and_state_dir_close(
 
     monkeypatch.setattr(kopf, "operator", kopf_stand_in)
     operator = Operator(
-        dataclasses.replace(
-            offline_operator_settings,
-            discovery_host="127.0.0.1",
-            discovery_port=0,
-            metrics_port=None,
-        )
+        offline_operator_settings.model_copy(
+            update={"discovery_host": "127.0.0.1", "discovery_port": 0, "metrics_port": 0}
+        ),
+        passphrase="p",
     )
     monkeypatch.setattr(operator.sweeper, "run", until_cancelled(events, "orphan GC"))
     monkeypatch.setattr(operator.health_pump, "run", until_cancelled(events, "status pump"))

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from egress_proxies.operator.app import Operator
+from egress_proxies.operator.process import Operator
 
 
 def bare_operator() -> Operator:

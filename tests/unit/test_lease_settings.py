@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from pydantic import ValidationError
 
 from egress_proxies import cli
 from egress_proxies.clock import ManualClock
@@ -19,27 +18,21 @@ from egress_proxies.leases import (
     ReportResult,
 )
 from egress_proxies.leases.candidates import CandidatePool
-from egress_proxies.operator import app
-from egress_proxies.operator.app import (
-    ConfigurationError,
-    OperatorSettings,
-    lease_limits,
-    lease_store,
-)
+from egress_proxies.operator import main
+from egress_proxies.settings import DiscoverySettings, LeaseLimitSettings, RunSettings, variables_of
 from egress_proxies.tier import app as tier_app
-from egress_proxies.tier.app import TierSettings
 from tests.integration.discovery_helpers import record, virtual_clock
 
 
-def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSettings:
+def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> RunSettings:
     """The settings `egress-proxies run` would start the operator with."""
-    seen: list[OperatorSettings] = []
+    seen: list[RunSettings] = []
 
-    def capture(settings: OperatorSettings) -> int:
+    def capture(settings: RunSettings) -> int:
         seen.append(settings)
         return 0
 
-    monkeypatch.setattr(app, "run_operator", capture)
+    monkeypatch.setattr(main, "run_operator", capture)
     assert cli.main(["run", *flags]) == 0
     [settings] = seen
     return settings
@@ -47,16 +40,16 @@ def settings_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSetting
 
 def tier_limits_of(monkeypatch: pytest.MonkeyPatch, *flags: str) -> LeaseLimits:
     """The limits `egress-proxies discovery` would start the tier with."""
-    seen: list[TierSettings] = []
+    seen: list[DiscoverySettings] = []
 
-    def capture(settings: TierSettings) -> int:
+    def capture(settings: DiscoverySettings) -> int:
         seen.append(settings)
         return 0
 
     monkeypatch.setattr(tier_app, "run_tier", capture)
     assert cli.main(["discovery", "--lease-store", "memory", *flags]) == 0
     [settings] = seen
-    return settings.limits
+    return settings.lease_limits()
 
 
 @pytest.fixture
@@ -88,7 +81,7 @@ def test_without_flags_the_defaults_hold(monkeypatch: pytest.MonkeyPatch) -> Non
     settings = settings_of(monkeypatch)
     limits = (
         settings.lease_max_ttl,
-        settings.lease_cooldown_window,
+        settings.lease_cooldown,
         settings.lease_ban_backoff_cap,
     )
     assert limits == (DEFAULT_MAX_TTL, DEFAULT_COOLDOWN_WINDOW, DEFAULT_BAN_BACKOFF_CAP)
@@ -104,7 +97,7 @@ async def test_flags_set_the_store_s_limits(monkeypatch: pytest.MonkeyPatch) -> 
         "--lease-rate-limit-cooldown=40",
     )
     clock = virtual_clock()
-    store = lease_store(settings, clock)
+    store = settings.open_store(clock)
     assert store.max_ttl == 600
     assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 40
     assert await cools_for(store, clock, ReportResult.RATE_LIMITED) == 80, "a repeat doubles"
@@ -120,16 +113,17 @@ def test_variables_set_them_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS", "30")
     monkeypatch.setenv("EGRESS_PROXIES_LEASE_BAN_BACKOFF_CAP_SECONDS", "90")
     settings = settings_of(monkeypatch)
-    assert (settings.lease_max_ttl, settings.lease_cooldown_window) == (60, 30)
+    assert (settings.lease_max_ttl, settings.lease_cooldown) == (60, 30)
     assert settings.lease_ban_backoff_cap == 90
 
 
-def test_impossible_limits_refuse_to_start(tmp_path: Path) -> None:
-    settings = OperatorSettings(
-        state_dir=tmp_path, lease_cooldown_window=600, lease_ban_backoff_cap=60
-    )
-    with pytest.raises(ConfigurationError, match="--lease-ban-backoff-cap"):
-        lease_store(settings)
+@pytest.mark.parametrize("model", [RunSettings, DiscoverySettings])
+def test_impossible_limits_are_refused_by_the_settings(
+    model: type[RunSettings | DiscoverySettings],
+) -> None:
+    values = {"lease_store": "memory", "lease_cooldown": 600, "lease_ban_backoff_cap": 60}
+    with pytest.raises(ValidationError, match="--lease-ban-backoff-cap"):
+        model.model_validate(values)
 
 
 @pytest.mark.usefixtures("no_limit_variables")
@@ -145,7 +139,7 @@ def test_the_discovery_tier_takes_the_operator_s_limits(
     monkeypatch: pytest.MonkeyPatch, flags: list[str]
 ) -> None:
     """Tier replicas and the operator on one Redis apply the same cooldowns."""
-    operator = lease_limits(settings_of(monkeypatch, *flags))
+    operator = settings_of(monkeypatch, *flags).lease_limits()
     assert tier_limits_of(monkeypatch, *flags) == operator
     if not flags:
         assert operator == LeaseLimits()
@@ -156,7 +150,7 @@ def test_the_discovery_tier_reads_the_operator_s_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("EGRESS_PROXIES_LEASE_COOLDOWN_SECONDS", "45")
-    assert tier_limits_of(monkeypatch) == lease_limits(settings_of(monkeypatch))
+    assert tier_limits_of(monkeypatch) == settings_of(monkeypatch).lease_limits()
     assert tier_limits_of(monkeypatch).cooldown_window == 45
 
 
@@ -189,7 +183,7 @@ BOUNDS = (
 @pytest.mark.usefixtures("no_limit_variables")
 def test_pace_options_reach_both_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     flags = ["--lease-pace-start=2", "--lease-pace-ceiling=30", f"--lease-target-bounds={BOUNDS}"]
-    operator = lease_limits(settings_of(monkeypatch, *flags))
+    operator = settings_of(monkeypatch, *flags).lease_limits()
     assert tier_limits_of(monkeypatch, *flags) == operator
     assert (operator.pace.start, operator.pace.ceiling, operator.pace.floor) == (2.0, 30.0, 0.1)
     shop = operator.pace.bounds_for("www.shop.example")
@@ -227,3 +221,30 @@ def test_bad_target_bounds_exit_2_naming_the_problem(
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert named in error and "Traceback" not in error
+
+
+@pytest.mark.usefixtures("no_limit_variables")
+def test_both_commands_build_one_set_of_limits_from_every_limit_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = {
+        "lease_max_ttl": "120",
+        "lease_cooldown": "50",
+        "lease_rate_limit_cooldown": "7",
+        "lease_ban_backoff_cap": "500",
+        "lease_pace_start": "3",
+        "lease_pace_floor": "0.5",
+        "lease_pace_ceiling": "9",
+        "lease_target_bounds": BOUNDS,
+    }
+    assert set(values) == set(LeaseLimitSettings.model_fields)
+    for name, value in values.items():
+        (variable,) = variables_of(LeaseLimitSettings, name)
+        monkeypatch.setenv(variable, value)
+
+    operator = settings_of(monkeypatch).lease_limits()
+
+    assert tier_limits_of(monkeypatch) == operator
+    assert (operator.max_ttl, operator.cooldown_window, operator.ban_backoff_cap) == (120, 50, 500)
+    assert (operator.rate_limit_window, operator.pace.start, operator.pace.ceiling) == (7, 3, 9)
+    assert operator.pace.bounds_for("www.shop.example").max_leases == 8

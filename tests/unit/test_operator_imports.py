@@ -27,7 +27,7 @@ def modules_of_the_operator() -> set[str]:
     """The modules a fresh interpreter holds once `run`'s code is imported."""
     code = (
         "import json, sys\n"
-        "import egress_proxies.cli, egress_proxies.operator.app\n"
+        "import egress_proxies.cli, egress_proxies.operator.main\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     output = subprocess.run(

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from egress_proxies.cli import build_parser, read_settings
+from egress_proxies.cli import build_parser, read_options
 from egress_proxies.model import DEFAULT_SQUID_IMAGE, ProxySpec, with_squid_image
+from egress_proxies.settings import RunSettings
 
 
 def spec(kubernetes: dict[str, object]) -> ProxySpec:
@@ -38,9 +39,9 @@ def test_the_setting_defaults_to_the_public_image_and_reads_flag_and_variable(
 ) -> None:
     parser = build_parser()
     base = ["run", "--state-dir", str(tmp_path)]
-    assert read_settings(parser, parser.parse_args(base)).squid_image == DEFAULT_SQUID_IMAGE
+    assert read_options(parser.parse_args(base), RunSettings).squid_image == DEFAULT_SQUID_IMAGE
     monkeypatch.setenv("EGRESS_PROXIES_SQUID_IMAGE", "localhost/egress-proxies/squid:5.7")
-    settings = read_settings(parser, parser.parse_args(base))
+    settings = read_options(parser.parse_args(base), RunSettings)
     assert settings.squid_image == "localhost/egress-proxies/squid:5.7"
     flagged = parser.parse_args([*base, "--squid-image", "registry.example/squid:6"])
-    assert read_settings(parser, flagged).squid_image == "registry.example/squid:6"
+    assert read_options(flagged, RunSettings).squid_image == "registry.example/squid:6"

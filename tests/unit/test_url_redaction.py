@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from egress_proxies import cli
 from egress_proxies.leases import open_lease_store, redact_url
-from egress_proxies.operator.app import OperatorSettings
-from egress_proxies.operator.settings import RunSettings
-from egress_proxies.tier.app import TierSettings
+from egress_proxies.settings import DiscoverySettings, RunSettings
 
 PASSWORD = "s3cretpw"
 URL = f"redis://:{PASSWORD}@host:6379/0"
@@ -45,12 +42,24 @@ def test_a_refused_url_is_named_without_its_password(url: str) -> None:
     assert PASSWORD not in str(raised.value)
 
 
-def test_settings_reprs_show_the_store_url_redacted() -> None:
-    reprs = [
-        repr(TierSettings(lease_store=URL)),
-        repr(RunSettings(lease_store=URL)),
-        repr(OperatorSettings(state_dir=Path("/state"), lease_store=URL)),
-    ]
-    for shown in reprs:
+@pytest.mark.parametrize("model", [RunSettings, DiscoverySettings])
+def test_settings_reprs_show_the_store_url_redacted(
+    model: type[RunSettings | DiscoverySettings],
+) -> None:
+    settings = model.model_validate({"lease_store": URL})
+    for shown in (repr(settings), str(settings)):
         assert PASSWORD not in shown
         assert "redis://:***@host:6379/0" in shown
+
+
+@pytest.mark.parametrize("command", ["run", "discovery"])
+@pytest.mark.parametrize("url", ["//:s3cretpw@redis", "ftp://u:s3cretpw@h"])
+def test_a_refused_store_flag_is_named_without_its_password(
+    capsys: pytest.CaptureFixture[str], command: str, url: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--lease-store", url])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--lease-store" in error
+    assert PASSWORD not in error

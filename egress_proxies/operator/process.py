@@ -1,4 +1,4 @@
-"""The composition root: settings in, components wired, everything run on one event loop."""
+"""The operator process: its components, built from the settings, run beside kopf until stopped."""
 
 from __future__ import annotations
 
@@ -6,54 +6,37 @@ import asyncio
 import datetime
 import functools
 import logging
-import os
-import signal
-import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import types
+from collections.abc import Mapping
 from pathlib import Path
 
 import kopf
 from prometheus_client import CollectorRegistry
 
-from egress_proxies import toolchain
-from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
-from egress_proxies.discovery import DEFAULT_PORT, create_app, start
+from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
-from egress_proxies.errors import EgressProxiesError
 from egress_proxies.events import EventRecorder
-from egress_proxies.gc.sweeper import (
-    DEFAULT_INTERVAL,
-    DEFAULT_MIN_AGE,
-    Sweeper,
-    always_sweep,
-    list_live_proxies,
-)
-from egress_proxies.gc.watcher import DEFAULT_WATCH_INTERVAL, InstanceWatcher
-from egress_proxies.health import HealthEngine, HttpProber, Prober, ProbeResult
+from egress_proxies.gc.sweeper import Sweeper, always_sweep, list_live_proxies
+from egress_proxies.gc.watcher import InstanceWatcher
+from egress_proxies.health import HealthEngine, HttpProber
 from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PROXIES
-from egress_proxies.leases import (
-    DEFAULT_BAN_BACKOFF_CAP,
-    DEFAULT_COOLDOWN_WINDOW,
-    DEFAULT_MAX_TTL,
-    DEFAULT_RATE_LIMIT_WINDOW,
-    LeaseLimits,
-    LeaseStore,
-    PaceLimits,
-    StoreUnavailableError,
-    open_lease_store,
-    redact_url,
+from egress_proxies.leases import StoreUnavailableError, redact_url
+from egress_proxies.model import GROUP
+from egress_proxies.operator.adapters import TracedProber
+from egress_proxies.operator.factories import (
+    gce_inventory,
+    programs,
+    retry_policy,
+    stack_runner,
 )
-from egress_proxies.model import DEFAULT_SQUID_IMAGE, GROUP, ProviderName
-from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.operator.handlers import (
     REQUEUE_ANNOTATION,
     Components,
-    Program,
     event_poster,
     register,
     touch,
@@ -61,184 +44,61 @@ from egress_proxies.operator.handlers import (
 from egress_proxies.operator.health_status import HealthStatusPump, never_paused
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.login import register_login
-from egress_proxies.operator.peering import (
-    DEFAULT_PEERING,
-    CachedGate,
-    Peering,
-    PeeringError,
-    peer_identity,
-)
+from egress_proxies.operator.peering import CachedGate, Peering, peer_identity
 from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
 from egress_proxies.operator.state_dir import StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
-from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
+from egress_proxies.settings import RunSettings
 from egress_proxies.stacks.errors import classify
-from egress_proxies.stacks.programs import deferred
-from egress_proxies.stacks.runner import RunnerSettings, StackRunner
-from egress_proxies.telemetry.logs import setup_logging
-from egress_proxies.telemetry.memory import HeapTrimmer, cap_malloc_arenas, snapshots_on_signal
+from egress_proxies.telemetry.memory import HeapTrimmer
 from egress_proxies.telemetry.metrics import MeteredInventory, OperatorMetrics, serve_metrics
 from egress_proxies.telemetry.pool_metrics import PoolMetrics
-from egress_proxies.telemetry.tracing import Spans, TracedInventory, setup_tracing
+from egress_proxies.telemetry.tracing import Spans, TracedInventory
 
 logger = logging.getLogger(__name__)
 
-STACK_WORKER_MODULE = "egress_proxies.operator.stack_worker"
 # Who posts the Events (reportingComponent; `kubectl describe` shows "egress-proxies").
 EVENT_COMPONENT = f"{GROUP}/egress-proxies"
-
-
-class ConfigurationError(RuntimeError, EgressProxiesError):
-    """The operator cannot start with the settings it was given."""
-
-
-@dataclass(frozen=True)
-class OperatorSettings:
-    """Everything `egress-proxies run` can be told (flags, or EGRESS_PROXIES_* variables)."""
-
-    state_dir: Path
-    kubeconfig: Path | None = None
-    namespaces: Sequence[str] = field(default_factory=tuple)
-    concurrency: int = 4
-    squid_image: str = DEFAULT_SQUID_IMAGE
-    stack_worker_idle: float = 30.0  # 0: pulumi operations in the operator's own threads
-    stack_worker_operations: int = 200
-    passphrase: str | None = None
-    pulumi_root: Path | None = None
-    liveness_port: int | None = None
-    health_workers: int = 64
-    gc_interval: datetime.timedelta = DEFAULT_INTERVAL
-    gc_min_age: datetime.timedelta = DEFAULT_MIN_AGE
-    gc_allow_namespaced: bool = False
-    retry: RetryPolicy = DEFAULT_POLICY
-    peering: str | None = DEFAULT_PEERING  # None: standalone
-    priority: int = 0
-    # In a pod the Service reaches the operator on the pod's address: bind them all.
-    discovery_host: str = "0.0.0.0"  # noqa: S104
-    discovery_port: int = DEFAULT_PORT
-    discovery_tokens_dir: Path | None = None
-    discovery_allow_no_auth: bool = False
-    metrics_host: str = "0.0.0.0"  # noqa: S104
-    metrics_port: int | None = 9090
-    trace_health_probes: bool = False
-    gcp_project: str | None = None  # None: no GCE inventory in the GC, no GCE instance watch
-    gce_watch_interval: datetime.timedelta = DEFAULT_WATCH_INTERVAL
-    lease_max_ttl: int = DEFAULT_MAX_TTL
-    lease_cooldown_window: float = DEFAULT_COOLDOWN_WINDOW
-    lease_ban_backoff_cap: float = DEFAULT_BAN_BACKOFF_CAP
-    lease_rate_limit_window: float = DEFAULT_RATE_LIMIT_WINDOW
-    lease_pace: PaceLimits = field(default_factory=PaceLimits)
-    lease_store: str = "memory"  # or a redis://, rediss://, unix:// URL
-    shard: Shard | None = None  # None: one operator owns every Proxy it watches
-    lease_store_prefix: str = "egress-proxies"
-    lease_store_timeout: float = 1.0
-
-    def __repr__(self) -> str:
-        # The lease store URL may carry a Redis password.
-        fields = ", ".join(
-            f"{name}={redact_url(value) if name == 'lease_store' else value!r}"
-            for name, value in vars(self).items()
-            if name != "passphrase"
-        )
-        return f"OperatorSettings({fields}, passphrase=<redacted>)"
-
-
-def passphrase_from_env() -> str | None:
-    """The stack passphrase: EGRESS_PROXIES_PASSPHRASE_FILE, then PULUMI_CONFIG_PASSPHRASE."""
-    path = os.environ.get("EGRESS_PROXIES_PASSPHRASE_FILE")
-    if path:
-        return Path(path).read_text().strip()
-    return os.environ.get("PULUMI_CONFIG_PASSPHRASE")
-
-
-def default_pulumi_root() -> Path | None:
-    """The toolchain cache when it has a pulumi CLI, else None (pulumi from PATH)."""
-    override = os.environ.get("EGRESS_PROXIES_PULUMI_ROOT")
-    if override:
-        return Path(override)
-    root = toolchain.cache_dir()
-    return root if (root / "bin" / "pulumi").exists() else None
-
-
 # How often the lease gauges are refreshed from the store (memory is read at each scrape).
 LEASE_COUNTS_INTERVAL = 5.0
-
-
-def lease_limits(settings: OperatorSettings) -> LeaseLimits:
-    """The configured lease limits; ConfigurationError for impossible ones."""
-    try:
-        return LeaseLimits(
-            max_ttl=settings.lease_max_ttl,
-            cooldown_window=settings.lease_cooldown_window,
-            ban_backoff_cap=settings.lease_ban_backoff_cap,
-            rate_limit_window=settings.lease_rate_limit_window,
-            pace=settings.lease_pace,
-        )
-    except ValueError as error:
-        raise ConfigurationError(
-            "lease limits (--lease-max-ttl, --lease-cooldown, --lease-ban-backoff-cap, "
-            f"--lease-rate-limit-cooldown): {error}"
-        ) from error
-
-
-def lease_store(settings: OperatorSettings, clock: Clock | None = None) -> LeaseStore:
-    """The configured lease store; ConfigurationError for impossible limits or URLs."""
-    limits = lease_limits(settings)
-    try:
-        return open_lease_store(
-            settings.lease_store,
-            prefix=settings.lease_store_prefix,
-            timeout=settings.lease_store_timeout,
-            limits=limits,
-            clock=clock,
-        )
-    except ValueError as error:
-        raise ConfigurationError(f"--lease-store: {error}") from error
-
-
-def programs() -> dict[ProviderName, Program]:
-    """The inline program of each provider (imported by the process that first runs it)."""
-    return {
-        ProviderName.KUBERNETES: deferred.squid_pod_program,
-        ProviderName.GCP: deferred.gce_vm_program,
-    }
-
-
-def gce_inventory(project: str, shard: Shard | None, clock: Clock) -> GceInventory:
-    """The GCE inventory of `project`, with Application Default Credentials.
-
-    google-auth (with `requests` and cryptography) and pulumi-gcp are imported
-    only by an operator with a GCP project or a GCE Proxy: about 5 MiB of
-    resident memory that an operator of Squid pods never uses.
-    """
-    from egress_proxies.providers.gcp_auth import application_default_tokens  # noqa: PLC0415
-
-    tokens = application_default_tokens(clock)
-    return GceInventory(project, tokens, shard=shard.name if shard else None)
+HEALTH_WORKERS = 64  # probes in flight at once
+# In a pod Prometheus scrapes the pod's address: bind them all.
+METRICS_HOST = "0.0.0.0"  # noqa: S104
+_NO_VARIABLES: Mapping[str, str] = types.MappingProxyType({})
 
 
 class Operator:
     """Owns the components and runs kopf beside them until stopped."""
 
-    def __init__(self, settings: OperatorSettings, clock: Clock | None = None) -> None:
-        if not settings.passphrase:
-            raise ConfigurationError(
-                "no stack passphrase: set PULUMI_CONFIG_PASSPHRASE or "
-                "EGRESS_PROXIES_PASSPHRASE_FILE (keep it: without it the stacks' secrets are lost)"
-            )
+    def __init__(
+        self,
+        settings: RunSettings,
+        *,
+        passphrase: str,
+        shard: Shard | None = None,
+        pulumi_root: Path | None = None,
+        environment: Mapping[str, str] = _NO_VARIABLES,
+        clock: Clock | None = None,
+    ) -> None:
+        """Build every component; nothing runs or connects until `run`.
+
+        `shard` is the one `factories.shard_of(settings)` gives; `environment`
+        gives the peer identity (`POD_ID`) and the providers' `PATH`.
+        """
         self.settings = settings
+        self.shard = shard
         self.clock = clock or SystemClock()
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
         self.metrics_registry = CollectorRegistry()
-        self.leases = lease_store(settings, self.clock)
+        self.leases = settings.open_store(self.clock)
         self.metrics = OperatorMetrics(
             self.metrics_registry, proxies=self.fleet.proxies, leases=self.leases
         )
@@ -247,12 +107,12 @@ class Operator:
         self.failed = False
         self.claim = StateDirClaim.acquire(settings.state_dir)
         try:
-            bind_state_dir(settings.state_dir, settings.shard)
+            bind_state_dir(settings.state_dir, shard)
         except ShardError:
             self.claim.release()
             raise
-        shard = settings.shard
-        self.identity = peer_identity(os.environ, self.claim.peer_identity())
+        self.identity = peer_identity(environment, self.claim.peer_identity())
+        peering = None if settings.standalone else settings.peering
         self.events = EventRecorder(
             self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
         )
@@ -260,13 +120,13 @@ class Operator:
         self.peering = (
             Peering(
                 self.client,
-                shard.peering(settings.peering) if shard else settings.peering,
+                shard.peering(peering) if shard else peering,
                 settings.priority,
                 self.identity,
                 tuple(settings.namespaces),
                 self.clock,
             )
-            if settings.peering
+            if peering
             else None
         )
         # Paused by peering, the pump holds health reports instead of writing them.
@@ -280,20 +140,7 @@ class Operator:
             ),
             clock=self.clock,
         )
-        bin_path = str(toolchain.bin_dir())
-        self.runner = StackRunner(
-            RunnerSettings(
-                state_dir=settings.state_dir,
-                passphrase=settings.passphrase,
-                concurrency=settings.concurrency,
-                pulumi_root=settings.pulumi_root,
-                extra_env=_provider_env(settings.kubeconfig, bin_path),
-                worker_idle=settings.stack_worker_idle,
-                worker_operations=settings.stack_worker_operations,
-                worker_module=STACK_WORKER_MODULE,
-            ),
-            self.clock,
-        )
+        self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
         self.gce = (
             gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
         )
@@ -314,8 +161,8 @@ class Operator:
             self._request_reconcile,
             namespaces=tuple(settings.namespaces),
             allow_namespaced=settings.gc_allow_namespaced,
-            interval=settings.gc_interval,
-            min_age=settings.gc_min_age,
+            interval=datetime.timedelta(seconds=settings.gc_interval),
+            min_age=datetime.timedelta(seconds=settings.gc_min_age),
             metrics=self.metrics.gc,
             stack_metrics=self.metrics.stacks,
             spans=self.spans,
@@ -330,7 +177,7 @@ class Operator:
                 self.runner.backend,
                 inventories[-1],
                 self._request_reconcile,
-                interval=settings.gce_watch_interval,
+                interval=datetime.timedelta(seconds=settings.gce_watch_interval),
                 gate=self.peering.sweep_blocker if self.peering else always_sweep,
                 clock=self.clock,
             )
@@ -351,7 +198,7 @@ class Operator:
             stack_metrics=self.metrics.stacks,
             instances=InstanceCache(),
             requeue=self.requeue,
-            policy=settings.retry,
+            policy=retry_policy(settings),
             clock=self.clock,
             post_event=event_poster(self.events),
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
@@ -378,7 +225,7 @@ class Operator:
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
-        shard = f" {self.settings.shard!r}" if self.settings.shard else ""
+        shard = f" {self.shard!r}" if self.shard else ""
         return f"<Operator{shard} {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
 
     async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
@@ -428,21 +275,19 @@ class Operator:
             redact_url(self.settings.lease_store),
         )
         servers = [discovery]
-        if self.settings.metrics_port is not None:
+        if self.settings.metrics_port:
             servers.append(
-                await serve_metrics(
-                    self.metrics_registry, self.settings.metrics_host, self.settings.metrics_port
-                )
+                await serve_metrics(self.metrics_registry, METRICS_HOST, self.settings.metrics_port)
             )
-            logger.info("metrics on %s:%d", self.settings.metrics_host, self.settings.metrics_port)
+            logger.info("metrics on %s:%d", METRICS_HOST, self.settings.metrics_port)
         async with HttpProber() as prober:
             engine = HealthEngine(
                 self.fleet,
                 self.health_pump.offer,
-                _TracedProber(prober, self.spans),
+                TracedProber(prober, self.spans),
                 self.clock,
                 self.metrics.probes,
-                workers=self.settings.health_workers,
+                workers=HEALTH_WORKERS,
             )
             background = [
                 asyncio.create_task(relay_stop(), name="stop relay"),
@@ -522,55 +367,3 @@ class Operator:
             await self.gce.close()
         await self.runner.close()
         self.claim.release()
-
-
-class _TracedProber:
-    """A probe span around each probe (no-op unless probe tracing is on)."""
-
-    def __init__(self, prober: Prober, spans: Spans) -> None:
-        self._prober = prober
-        self._spans = spans
-
-    async def probe(self, record: ProxyRecord) -> ProbeResult:
-        with self._spans.probe(record.key):
-            return await self._prober.probe(record)
-
-
-def _provider_env(kubeconfig: Path | None, bin_path: str) -> dict[str, str]:
-    env = {"PATH": f"{bin_path}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig.resolve())
-    return env
-
-
-def run_operator(settings: OperatorSettings) -> int:
-    """`egress-proxies run`: the operator in the foreground until SIGINT/SIGTERM."""
-    try:
-        setup_logging(os.environ)
-    except ValueError as error:
-        print(f"egress-proxies: {error}", file=sys.stderr)
-        return 2
-    setup_tracing(os.environ)
-    cap_malloc_arenas()  # before the runner's and asyncio's threads allocate
-    try:
-        operator = Operator(settings)
-    except (EgressProxiesError, KeyError, FileNotFoundError, ValueError) as error:
-        logger.error("cannot start: %s", error)
-        return 2
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        snapshots_on_signal(os.environ, loop)
-        try:
-            await operator.run(stop)
-        except PeeringError as error:
-            logger.error("cannot start: %s", error)
-            await operator.client.close()
-            await operator.runner.close()
-            return 2
-        return 1 if operator.failed else 0
-
-    return asyncio.run(main())
