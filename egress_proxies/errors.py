@@ -9,12 +9,12 @@
     ├── PermanentProgramError         stacks/programs/errors.py (a pulumi.RunError) no use retrying
     ├── InventoryError                providers/inventory.py  a provider could not be listed
     ├── CredentialsError              providers/gcp_auth.py   no usable Google credentials
-    ├── kube.ApiError                 kube/errors.py     the Kubernetes API answered an error
+    ├── kube.KubeApiError             kube/errors.py     the Kubernetes API answered an error
     │   ├── kube.NotFoundError                                 404
     │   └── kube.ConflictError                                 409
     ├── kube.TransportError           kube/errors.py     (an OSError) no answer from the API
     ├── kube.KubeConfigError          kube/errors.py     (a ValueError) unusable kubeconfig
-    ├── discovery.ApiError            discovery/errors.py  a 4xx/5xx the discovery API answers
+    ├── DiscoveryApiError             discovery/errors.py  a 4xx/5xx the discovery API answers
     ├── InvalidTokenSecretError       discovery/auth.py  (a ValueError) unusable token file
     ├── InvalidTtlError               leases/store.py    (a ValueError) TTL out of range
     ├── MissingToolError              toolchain.py       a binary is not installed

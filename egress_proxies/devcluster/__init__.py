@@ -6,13 +6,13 @@ cluster of their own. See docs/dev-cluster.md.
 
 from egress_proxies.devcluster.cluster import DevCluster, install_crds
 from egress_proxies.devcluster.controlplane import StartupError, StateLayout
-from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube import Credentials, KubeApiError, KubeClient, write_kubeconfig
 from egress_proxies.toolchain import MissingToolError
 
 __all__ = [
-    "ApiError",
     "Credentials",
     "DevCluster",
+    "KubeApiError",
     "KubeClient",
     "MissingToolError",
     "StartupError",

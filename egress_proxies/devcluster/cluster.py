@@ -26,7 +26,7 @@ from egress_proxies.devcluster.network import choose_network
 from egress_proxies.devcluster.node import Node, NodeError, cgroup_name, remove_cgroups
 from egress_proxies.devcluster.processes import process_runs, reap_stale, terminate_group
 from egress_proxies.devcluster.volumes import HostPathProvisioner
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import CUSTOM_RESOURCE_DEFINITIONS
 from egress_proxies.toolchain import MissingToolError
 
@@ -179,7 +179,7 @@ async def _wait_established(client: KubeClient, name: str) -> None:
     while time.monotonic() < deadline:
         try:
             crd = await client.get(CUSTOM_RESOURCE_DEFINITIONS.path(name=name))
-        except ApiError:
+        except KubeApiError:
             crd = {}
         conditions = (crd.get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
@@ -200,7 +200,7 @@ def run_foreground(state_dir: Path, crd_dir: Path = DEFAULT_CRD_DIR) -> int:
 
     try:
         asyncio.run(main())
-    except (StartupError, NodeError, MissingToolError, ApiError) as error:
+    except (StartupError, NodeError, MissingToolError, KubeApiError) as error:
         print_progress(f"error: {error}")
         return 1
     return 0

@@ -24,7 +24,7 @@ from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.devcluster.pki import ClusterPki, ensure_pki, ensure_token
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube import Credentials, KubeApiError, KubeClient, write_kubeconfig
 from egress_proxies.kube.resources import SERVICE_ACCOUNTS
 
 # Namespaces delete, namespaces get their ServiceAccounts and tokens, owner
@@ -301,7 +301,7 @@ class ControlPlane:
             async def exists() -> bool:
                 try:
                     await client.get(SERVICE_ACCOUNTS.path("default", "default"))
-                except ApiError:
+                except KubeApiError:
                     return False
                 return True
 
@@ -311,7 +311,7 @@ class ControlPlane:
 async def _readyz(client: KubeClient) -> bool:
     try:
         await client.get_text("/readyz")
-    except (ApiError, OSError):  # TransportError is an OSError
+    except (KubeApiError, OSError):  # TransportError is an OSError
         return False
     return True
 

@@ -46,7 +46,7 @@ from egress_proxies.devcluster import clusterdns
 from egress_proxies.devcluster.network import NodeNetwork
 from egress_proxies.devcluster.processes import Child, spawn
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, Credentials, KubeClient, write_kubeconfig
+from egress_proxies.kube import Credentials, KubeApiError, KubeClient, write_kubeconfig
 from egress_proxies.kube.resources import NODES
 
 NODE_NAME = "dev-node"
@@ -465,7 +465,7 @@ disabled_plugins = [
                     )
                 try:
                     node = await client.get(NODES.path(name=NODE_NAME))
-                except ApiError:
+                except KubeApiError:
                     node = {}
                 conditions = (node.get("status") or {}).get("conditions") or []
                 if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):

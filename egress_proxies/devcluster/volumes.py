@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from egress_proxies.kube import ApiError, ConflictError, KubeClient, TransportError
+from egress_proxies.kube import ConflictError, KubeApiError, KubeClient, TransportError
 from egress_proxies.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -94,7 +94,7 @@ class HostPathProvisioner:
         while True:
             try:
                 await self.sync()
-            except (ApiError, TransportError) as error:
+            except (KubeApiError, TransportError) as error:
                 logger.warning("volume provisioning failed: %s", error)
             await asyncio.sleep(self._interval)
 

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 
-from egress_proxies.discovery.errors import ApiError
+from egress_proxies.discovery.errors import DiscoveryApiError
 from egress_proxies.errors import EgressProxiesError
 
 logger = logging.getLogger(__name__)
@@ -79,17 +79,17 @@ class BearerAuth:
         self._accepted: set[str] = set()
 
     def check(self, header: str | None) -> None:
-        """Raise a 401 ApiError unless the Authorization header carries a valid token."""
+        """Raise a 401 DiscoveryApiError unless the Authorization header carries a valid token."""
         digests = self.refresh()
         if not digests and self._allow_no_auth:
             return
         if header is None:
-            raise ApiError(401, "unauthorized", "missing bearer token", _CHALLENGE)
+            raise DiscoveryApiError(401, "unauthorized", "missing bearer token", _CHALLENGE)
         if header in self._accepted:
             return
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
-            raise ApiError(
+            raise DiscoveryApiError(
                 401, "unauthorized", "expected 'Authorization: Bearer <token>'", _CHALLENGE
             )
         presented_digest = _digest(presented.strip())
@@ -97,7 +97,7 @@ class BearerAuth:
         for digest in digests:
             matched |= hmac.compare_digest(presented_digest, digest)
         if not matched:
-            raise ApiError(401, "unauthorized", "invalid bearer token", _CHALLENGE)
+            raise DiscoveryApiError(401, "unauthorized", "invalid bearer token", _CHALLENGE)
         if len(self._accepted) >= MAX_ACCEPTED_HEADERS:
             self._accepted.clear()
         self._accepted.add(header)

@@ -1,6 +1,6 @@
 """Every refusal is a JSON `{error, detail}` body; nothing reaches a client as a traceback.
 
-    ApiError                raised by handlers and parsers: status + code + detail
+    DiscoveryApiError                raised by handlers and parsers: status + code + detail
     StoreUnavailableError   the lease store did not answer: 503 store_unavailable, Retry-After
     web.HTTPException       raised by aiohttp (unknown route 404, method 405, body 413)
     any other Exception     a bug: logged with its traceback, answered 500 internal_error
@@ -35,7 +35,7 @@ _KEPT_HEADERS = ("Allow",)
 _JSON_CONTENT_TYPE = {"Content-Type": "application/json; charset=utf-8"}
 
 
-class ApiError(EgressProxiesError):
+class DiscoveryApiError(EgressProxiesError):
     """A request the API refuses, with the status and body to answer it with."""
 
     def __init__(
@@ -67,7 +67,7 @@ def json_response(
 
 def error_response(request: web.Request, error: Exception) -> web.Response:
     """The JSON answer to what a handler raised; re-raises HTTP exceptions below 400."""
-    if isinstance(error, ApiError):
+    if isinstance(error, DiscoveryApiError):
         return error.response()
     if isinstance(error, StoreUnavailableError):
         return store_unavailable(error).response()
@@ -76,14 +76,16 @@ def error_response(request: web.Request, error: Exception) -> web.Response:
             raise error
         code = _CODES_BY_STATUS.get(error.status, "http_error")
         headers = {name: error.headers[name] for name in _KEPT_HEADERS if name in error.headers}
-        return ApiError(error.status, code, _detail(request, error), headers).response()
+        return DiscoveryApiError(error.status, code, _detail(request, error), headers).response()
     logger.error("discovery request %s %s failed", request.method, request.path, exc_info=error)
-    return ApiError(500, "internal_error", "the server failed; see its log").response()
+    return DiscoveryApiError(500, "internal_error", "the server failed; see its log").response()
 
 
-def store_unavailable(error: StoreUnavailableError) -> ApiError:
+def store_unavailable(error: StoreUnavailableError) -> DiscoveryApiError:
     """The 503 for a lease store that did not answer (the client retries; nothing changed)."""
-    return ApiError(503, "store_unavailable", error.detail, {"Retry-After": str(error.retry_after)})
+    return DiscoveryApiError(
+        503, "store_unavailable", error.detail, {"Retry-After": str(error.retry_after)}
+    )
 
 
 def _detail(request: web.Request, error: web.HTTPException) -> str:

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 from aiohttp import web
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
-from egress_proxies.discovery.errors import ApiError, json_response
+from egress_proxies.discovery.errors import DiscoveryApiError, json_response
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.parsing import (
     lease_id_of,
@@ -93,7 +93,7 @@ class Handlers:
     async def ready(self, _: web.Request) -> web.Response:
         """GET /readyz: 200 once the fleet is synced and while the lease store answers."""
         if not self._synced():
-            raise ApiError(
+            raise DiscoveryApiError(
                 503,
                 "not_synced",
                 "the fleet has not been listed from the API server yet",
@@ -122,7 +122,7 @@ class Handlers:
             reject_query(request)
             wanted = await read_body(request, LeaseRequest)
             self._check_ttl(wanted.ttl_seconds)
-        except ApiError:
+        except DiscoveryApiError:
             self._count(REJECTED)
             raise
         pool = self._catalog.current().select(wanted.selector).pool
@@ -148,9 +148,9 @@ class Handlers:
                 lease_id, wanted.ttl_seconds, self._catalog.current().record
             )
         except InvalidTtlError as error:
-            raise ApiError(400, "invalid_request", str(error)) from None
+            raise DiscoveryApiError(400, "invalid_request", str(error)) from None
         if lease is None:
-            raise ApiError(404, "unknown_lease", "no such lease, or it has ended")
+            raise DiscoveryApiError(404, "unknown_lease", "no such lease, or it has ended")
         return json_response(self._granted.render(lease))
 
     async def release(self, request: web.Request) -> web.Response:
@@ -173,7 +173,7 @@ class Handlers:
             report.count,
         )
         if outcome is None:
-            raise ApiError(404, "unknown_lease", "no such lease, or it ended too long ago")
+            raise DiscoveryApiError(404, "unknown_lease", "no such lease, or it ended too long ago")
         proxy = outcome.lease.proxy.key
         logger.info(
             "report %s (reason %s) on proxy %s for target %s",
@@ -199,7 +199,7 @@ class Handlers:
 
     def _check_ttl(self, ttl_seconds: int) -> None:
         if ttl_seconds > self._store.max_ttl:
-            raise ApiError(
+            raise DiscoveryApiError(
                 400,
                 "ttl_too_long",
                 f"ttlSeconds must not exceed {self._store.max_ttl}; ask again when it ends",

@@ -1,4 +1,4 @@
-"""Turning a request's path, query and body into validated values, or a 4xx ApiError."""
+"""Turning a request's path, query and body into validated values, or a 4xx DiscoveryApiError."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from egress_proxies.discovery.errors import ApiError
+from egress_proxies.discovery.errors import DiscoveryApiError
 from egress_proxies.discovery.schemas import MAX_SELECTOR_ATTRIBUTES
 from egress_proxies.leases import LeaseId, parse_lease_id
 
@@ -36,23 +36,29 @@ def parse_proxy_query(request: web.Request) -> ProxyQuery:
     seen: set[str] = set()
     for name, value in request.query.items():
         if name in seen:
-            raise ApiError(400, "invalid_parameter", f"query parameter {name!r} is repeated")
+            raise DiscoveryApiError(
+                400, "invalid_parameter", f"query parameter {name!r} is repeated"
+            )
         seen.add(name)
         if name == "healthy":
             if value not in ("true", "false"):
-                raise ApiError(400, "invalid_parameter", "healthy must be 'true' or 'false'")
+                raise DiscoveryApiError(
+                    400, "invalid_parameter", "healthy must be 'true' or 'false'"
+                )
             healthy = value == "true"
         elif name.startswith(ATTRIBUTE_PREFIX):
             attribute = name.removeprefix(ATTRIBUTE_PREFIX)
             if not 0 < len(attribute) <= MAX_ATTRIBUTE_LENGTH:
-                raise ApiError(400, "invalid_parameter", f"{name!r}: attribute name length")
+                raise DiscoveryApiError(
+                    400, "invalid_parameter", f"{name!r}: attribute name length"
+                )
             if len(value) > MAX_ATTRIBUTE_LENGTH:
-                raise ApiError(400, "invalid_parameter", f"{name!r}: value too long")
+                raise DiscoveryApiError(400, "invalid_parameter", f"{name!r}: value too long")
             selector[attribute] = value
         else:
-            raise ApiError(400, "unknown_parameter", f"unknown query parameter {name!r}")
+            raise DiscoveryApiError(400, "unknown_parameter", f"unknown query parameter {name!r}")
     if len(selector) > MAX_SELECTOR_ATTRIBUTES:
-        raise ApiError(
+        raise DiscoveryApiError(
             400, "invalid_parameter", f"at most {MAX_SELECTOR_ATTRIBUTES} attribute filters"
         )
     return ProxyQuery(selector=selector, healthy=healthy)
@@ -64,21 +70,23 @@ def reject_query(request: web.Request) -> None:
     # than the rest of a release, and almost every request has no query at all.
     if "?" in request.raw_path and request.query:
         name = next(iter(request.query))
-        raise ApiError(400, "unknown_parameter", f"unknown query parameter {name!r}")
+        raise DiscoveryApiError(400, "unknown_parameter", f"unknown query parameter {name!r}")
 
 
 def lease_id_of(request: web.Request) -> LeaseId:
     """The `{leaseId}` path segment, if it has the shape of an id the store issues."""
     lease_id = parse_lease_id(request.match_info["lease_id"])
     if lease_id is None:
-        raise ApiError(400, "invalid_lease_id", "not a lease id (22 URL-safe base64 characters)")
+        raise DiscoveryApiError(
+            400, "invalid_lease_id", "not a lease id (22 URL-safe base64 characters)"
+        )
     return lease_id
 
 
 async def read_body(request: web.Request, model: type[Body]) -> Body:
     """The JSON body validated as `model` (415, 413 or 400 otherwise)."""
     if not _is_json(request):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+        raise DiscoveryApiError(415, "unsupported_media_type", "send the body as application/json")
     raw = await _body(request)
     try:
         return model.model_validate_json(raw)
@@ -106,15 +114,17 @@ async def _body(request: web.Request) -> bytes:
     return raw
 
 
-def _body_error(error: ValidationError) -> ApiError:
+def _body_error(error: ValidationError) -> DiscoveryApiError:
     problems = error.errors(include_url=False, include_input=False)
     if any(problem["type"] == "json_invalid" for problem in problems):
-        return ApiError(400, "invalid_json", "the body is not valid JSON")
+        return DiscoveryApiError(400, "invalid_json", "the body is not valid JSON")
     if any(problem["loc"] == ("result",) for problem in problems):
-        return ApiError(400, "invalid_result", "result must be ok, rate_limited or banned")
+        return DiscoveryApiError(400, "invalid_result", "result must be ok, rate_limited or banned")
     shown = "; ".join(_describe(problem) for problem in problems[:_MAX_REPORTED_ERRORS])
     more = len(problems) - _MAX_REPORTED_ERRORS
-    return ApiError(400, "invalid_request", shown + (f"; and {more} more" if more > 0 else ""))
+    return DiscoveryApiError(
+        400, "invalid_request", shown + (f"; and {more} more" if more > 0 else "")
+    )
 
 
 def _describe(problem: ErrorDetails) -> str:

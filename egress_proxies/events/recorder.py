@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from egress_proxies.clock import Clock
 from egress_proxies.events.series import SERIES_INTERVAL, Regarding, Series, SeriesBook
-from egress_proxies.kube import ApiError, ConflictError, NotFoundError
+from egress_proxies.kube import ConflictError, KubeApiError, NotFoundError
 from egress_proxies.kube.resources import EVENTS
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class EventRecorder:
                 count = await self._patch_or_create(events, series)
             else:
                 count = await self._create(events, series)
-        except (ApiError, OSError) as error:  # TransportError is an OSError
+        except (KubeApiError, OSError) as error:  # TransportError is an OSError
             self.failed += 1
             self._book.postpone(series, now)
             logger.warning(

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.gc.plan import LiveProxy, StackRecord, SweepPlan, plan_sweep
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import PROXIES
 from egress_proxies.kube.selectors import LabelSelector
 from egress_proxies.model import ProviderName
@@ -205,7 +205,7 @@ class Sweeper:
     async def _sweep(self) -> SweepReport:
         try:
             proxies = await list_live_proxies(self._client, self._namespaces, self._selector)
-        except (ApiError, OSError) as error:
+        except (KubeApiError, OSError) as error:
             return SweepReport(skipped=f"listing Proxies failed: {error}")
         listings: dict[ProviderName, InventoryListing] = {}
         for inventory in self._inventories:
@@ -263,7 +263,7 @@ class Sweeper:
             logger.warning("GC: the instance of %s/%s is gone; re-reconciling", namespace, name)
             try:
                 await self._trigger(namespace, name)
-            except (ApiError, OSError) as error:
+            except (KubeApiError, OSError) as error:
                 failures.append(f"{stack}: {error}")
                 continue
             reconciled.append(stack)

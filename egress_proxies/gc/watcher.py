@@ -25,7 +25,7 @@ from egress_proxies.gc.sweeper import (
     read_stack_records,
 )
 from egress_proxies.gc.watch_plan import plan_watch
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import KubeApiError
 from egress_proxies.providers.inventory import InstanceId, Inventory, InventoryError
 from egress_proxies.stacks.backend import FileBackend
 
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WATCH_INTERVAL = datetime.timedelta(seconds=30)
 
-ProxySource = Callable[[], Awaitable[Sequence[LiveProxy]]]  # every Proxy; ApiError/OSError
+ProxySource = Callable[[], Awaitable[Sequence[LiveProxy]]]  # every Proxy; KubeApiError/OSError
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class InstanceWatcher:
     async def _poll(self) -> WatchReport:
         try:
             proxies = await self._proxies()
-        except (ApiError, OSError) as error:
+        except (KubeApiError, OSError) as error:
             return WatchReport(skipped=f"listing Proxies failed: {error}")
         try:
             listing = await self._inventory.list_tagged()
@@ -131,7 +131,7 @@ class InstanceWatcher:
             logger.warning("the instance of %s/%s is gone; re-reconciling", namespace, name)
             try:
                 await self._trigger(namespace, name)
-            except (ApiError, OSError) as error:
+            except (KubeApiError, OSError) as error:
                 asked.discard(stack)
                 failures.append(f"{stack}: {error}")
                 continue

@@ -3,18 +3,18 @@
 from egress_proxies.kube.client import JsonObject, KubeClient
 from egress_proxies.kube.config import Credentials, LoginMaterial, write_kubeconfig
 from egress_proxies.kube.errors import (
-    ApiError,
     ConflictError,
+    KubeApiError,
     KubeConfigError,
     NotFoundError,
     TransportError,
 )
 
 __all__ = [
-    "ApiError",
     "ConflictError",
     "Credentials",
     "JsonObject",
+    "KubeApiError",
     "KubeClient",
     "KubeConfigError",
     "LoginMaterial",

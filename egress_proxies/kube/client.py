@@ -18,7 +18,7 @@ from lightkube.core.exceptions import ConfigError
 
 from egress_proxies.errors import ClosedError
 from egress_proxies.kube.config import Credentials
-from egress_proxies.kube.errors import ApiError, NotFoundError, TransportError, api_error
+from egress_proxies.kube.errors import KubeApiError, NotFoundError, TransportError, api_error
 
 JsonObject = dict[str, Any]
 
@@ -85,7 +85,7 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         content_type: str = JSON,
     ) -> JsonObject:
-        """Send one request; return the decoded JSON body or raise an ApiError."""
+        """Send one request; return the decoded JSON body or raise an KubeApiError."""
         headers = {"Content-Type": content_type} if body is not None else {}
         content = json.dumps(body) if body is not None else None
         request = self._client().build_request(
@@ -199,7 +199,7 @@ async def annotate(client: Patcher, path: str, key: str, value: str) -> None:
         return
 
 
-def _api_error(status: int, text: str) -> ApiError:
+def _api_error(status: int, text: str) -> KubeApiError:
     try:
         body = json.loads(text)
         return api_error(status, body.get("reason", ""), body.get("message", text))

@@ -1,7 +1,7 @@
 """What can go wrong talking to the Kubernetes API, as types callers can catch.
 
 EgressProxiesError
-├── ApiError             the API server answered 4xx/5xx (`status`, `reason`)
+├── KubeApiError         the API server answered 4xx/5xx (`status`, `reason`)
 │   ├── NotFoundError         404
 │   └── ConflictError         409: already exists, or a precondition/version mismatch
 ├── TransportError       (also an OSError) no answer: connect, TLS, timeout,
@@ -14,7 +14,7 @@ from __future__ import annotations
 from egress_proxies.errors import EgressProxiesError
 
 
-class ApiError(EgressProxiesError):
+class KubeApiError(EgressProxiesError):
     """The API server answered with a non-2xx status; `status` and `reason` come from its body."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
@@ -24,11 +24,11 @@ class ApiError(EgressProxiesError):
         self.message = message
 
 
-class NotFoundError(ApiError):
+class NotFoundError(KubeApiError):
     """404: the object (or its collection, or its kind) does not exist."""
 
 
-class ConflictError(ApiError):
+class ConflictError(KubeApiError):
     """409: the object exists already, or a precondition or resourceVersion did not match."""
 
 
@@ -43,9 +43,9 @@ class KubeConfigError(EgressProxiesError, ValueError):
     """The kubeconfig or in-cluster service account cannot be read or used."""
 
 
-_BY_STATUS: dict[int, type[ApiError]] = {404: NotFoundError, 409: ConflictError}
+_BY_STATUS: dict[int, type[KubeApiError]] = {404: NotFoundError, 409: ConflictError}
 
 
-def api_error(status: int, reason: str, message: str) -> ApiError:
-    """The most specific ApiError for an HTTP status."""
-    return _BY_STATUS.get(status, ApiError)(status, reason, message)
+def api_error(status: int, reason: str, message: str) -> KubeApiError:
+    """The most specific KubeApiError for an HTTP status."""
+    return _BY_STATUS.get(status, KubeApiError)(status, reason, message)

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.kube.client import JsonObject
-from egress_proxies.kube.errors import ApiError
+from egress_proxies.kube.errors import KubeApiError
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +97,12 @@ def next_step(outcome: BaseException | None, resource_version: str | None, backo
         if resource_version is None:
             return Step(Action.LIST, 0.0, INITIAL_BACKOFF)
         return Step(Action.WATCH, 0.0, INITIAL_BACKOFF)
-    if isinstance(outcome, ApiError) and outcome.status == GONE:
+    if isinstance(outcome, KubeApiError) and outcome.status == GONE:
         return Step(Action.LIST, 0.0, backoff)
     return Step(Action.LIST, backoff, min(backoff * 2, MAX_BACKOFF))
 
 
-class WatchEventError(ApiError):
+class WatchEventError(KubeApiError):
     """A watch stream carried an ERROR event (410 Gone when its version was compacted)."""
 
 

@@ -22,7 +22,7 @@ from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock, k8s_time
 from egress_proxies.health.policy import HealthReport
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import KubeApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.conditions import set_condition
 from egress_proxies.operator.status import Mutation
@@ -160,7 +160,7 @@ class HealthStatusPump:
         for held in due:
             try:
                 await self._write(held.report)
-            except (ApiError, OSError) as error:  # TransportError is an OSError
+            except (KubeApiError, OSError) as error:  # TransportError is an OSError
                 self.failures += 1
                 held.failures += 1
                 delay = retry_delay(held.failures)

@@ -20,7 +20,7 @@ from typing import Any
 
 from egress_proxies.clock import Clock, SystemClock, parse_k8s_time
 from egress_proxies.errors import EgressProxiesError
-from egress_proxies.kube import ApiError, ConflictError, KubeClient, NotFoundError
+from egress_proxies.kube import ConflictError, KubeApiError, KubeClient, NotFoundError
 from egress_proxies.kube.resources import CLUSTER_KOPF_PEERINGS, KOPF_PEERINGS
 
 PAUSE_CHECK_SECONDS = 2.0
@@ -129,7 +129,7 @@ class Peering:
                 continue
             except NotFoundError:
                 pass
-            except ApiError as error:
+            except KubeApiError as error:
                 raise PeeringError(f"cannot read {path}: {error}") from error
             await self._create(path)
 
@@ -145,7 +145,7 @@ class Peering:
             await self._client.create(collection, body)
         except ConflictError:
             return
-        except ApiError as error:
+        except KubeApiError as error:
             hint = (
                 "install crds/kopf-peering.yaml (deploy/ includes it)"
                 if isinstance(error, NotFoundError)
@@ -162,7 +162,7 @@ class Peering:
         for path in self._paths:
             try:
                 body = await self._client.get(path)
-            except (ApiError, OSError) as error:  # TransportError is an OSError
+            except (KubeApiError, OSError) as error:  # TransportError is an OSError
                 return f"reading the peering object {path} failed: {error}"
             reason = sweep_blocker(
                 parse_peers(body.get("status") or {}), self.identity, self.priority, now

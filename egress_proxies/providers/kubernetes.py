@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from egress_proxies.clock import parse_k8s_time
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS, Resource
 from egress_proxies.model import SHARD_LABEL, UID_LABEL, ProviderName
 from egress_proxies.providers.inventory import (
@@ -64,7 +64,7 @@ class KubernetesInventory:
             for path in self._collection_paths(kind):
                 try:
                     listing = await self._client.list(path, label_selector=self._selector)
-                except (ApiError, OSError) as error:
+                except (KubeApiError, OSError) as error:
                     raise InventoryError(f"listing {kind} failed: {error}") from error
                 instances += [
                     _tagged(kind, item)
@@ -80,7 +80,7 @@ class KubernetesInventory:
             raise InventoryError(f"not a kubernetes inventory id: {instance_id}")
         try:
             await self._client.delete(KINDS[kind].path(namespace, name))
-        except (ApiError, OSError) as error:
+        except (KubeApiError, OSError) as error:
             raise InventoryError(f"deleting {instance_id} failed: {error}") from error
 
     def _collection_paths(self, kind: str) -> list[str]:

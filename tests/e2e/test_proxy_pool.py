@@ -19,7 +19,7 @@ import pytest
 
 from egress_proxies import toolchain
 from egress_proxies.events import SERIES_INTERVAL
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import (
     DRAINING_ANNOTATION,
@@ -237,7 +237,7 @@ async def env(
 async def _exists(kube: KubeClient, path: str) -> bool:
     try:
         await kube.get(path)
-    except ApiError:
+    except KubeApiError:
         return False
     return True
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from harness.cluster import container_pid
 from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for
@@ -64,7 +64,7 @@ async def test_a_proxy_in_a_restricted_namespace_is_ready_and_tunnels(
     kube: KubeClient, namespace: str, operator: OperatorProcess
 ) -> None:
     # Admission is on in this namespace: a root pod with no securityContext is refused.
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(KubeApiError) as refused:
         await kube.create(
             f"/api/v1/namespaces/{namespace}/pods",
             {
@@ -115,7 +115,7 @@ async def test_a_killed_squid_and_a_deleted_pod_are_replaced_without_the_gc(
             return None
         try:
             pod = await pod_of(kube, body)
-        except ApiError:
+        except KubeApiError:
             return None
         fresh = pod["metadata"]["uid"] != before[name]["metadata"]["uid"]
         ready = pod["status"].get("phase") == "Running"

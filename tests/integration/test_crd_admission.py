@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.model import GROUP, PLURAL, VERSION
 
 
@@ -86,7 +86,7 @@ async def test_invalid_proxies_are_rejected_naming_the_field(
     kube: KubeClient, namespace: str, case: str, spec: dict[str, Any], field: str
 ) -> None:
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-    with pytest.raises(ApiError) as rejected:
+    with pytest.raises(KubeApiError) as rejected:
         await kube.create(path, proxy(spec, case))
     assert rejected.value.status == 422, rejected.value
     assert field in rejected.value.message, rejected.value.message

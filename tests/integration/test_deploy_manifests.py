@@ -23,7 +23,7 @@ import yaml
 
 from egress_proxies import crd, toolchain
 from egress_proxies.cli import build_parser, read_options
-from egress_proxies.kube import ApiError, ConflictError, KubeClient
+from egress_proxies.kube import ConflictError, KubeApiError, KubeClient
 from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
 from egress_proxies.settings import DiscoverySettings, RunSettings
 from tests.conftest import ClusterHandle
@@ -266,7 +266,7 @@ async def test_the_operator_pod_passes_restricted_admission(
     assert created["metadata"]["name"] == "admission-check"
     # The control: the same pod without its pod-level securityContext is refused.
     spec = {key: value for key, value in template["spec"].items() if key != "securityContext"}
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(KubeApiError) as refused:
         await kube.request("POST", path, params={"dryRun": "All"}, body={**pod, "spec": spec})
     assert refused.value.status == 403
     assert 'violates PodSecurity "restricted' in str(refused.value)

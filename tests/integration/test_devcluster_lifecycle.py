@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from egress_proxies.devcluster import ApiError, Credentials, KubeClient, StateLayout
+from egress_proxies.devcluster import Credentials, KubeApiError, KubeClient, StateLayout
 from egress_proxies.devcluster.node import cgroup_dirs, cgroup_name, image_ref
 from egress_proxies.devcluster.processes import process_runs
 from harness.procfs import all_pids, any_alive, cgroup_pids, cmdline
@@ -63,7 +63,7 @@ async def start_sleeper(layout: StateLayout, name: str) -> None:
         async def default_account() -> bool:
             try:
                 await kube.get("/api/v1/namespaces/default/serviceaccounts/default")
-            except ApiError:
+            except KubeApiError:
                 return False
             return True
 

@@ -17,7 +17,7 @@ import pytest
 
 from egress_proxies.gc.plan import LiveProxy
 from egress_proxies.gc.watcher import InstanceWatcher
-from egress_proxies.kube import ApiError
+from egress_proxies.kube import KubeApiError
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.stacks.backend import STACK_TYPE, FileBackend
@@ -54,7 +54,7 @@ class Requests:
     async def __call__(self, namespace: str, name: str) -> None:
         if self.failing:
             self.failing -= 1
-            raise ApiError(503, "ServiceUnavailable", "the API server is restarting")
+            raise KubeApiError(503, "ServiceUnavailable", "the API server is restarting")
         self.made.append((namespace, name))
 
 

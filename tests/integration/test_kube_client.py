@@ -11,9 +11,9 @@ import yaml
 
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.kube import (
-    ApiError,
     ConflictError,
     Credentials,
+    KubeApiError,
     KubeClient,
     NotFoundError,
     TransportError,
@@ -79,7 +79,7 @@ async def test_an_exec_plugin_token_is_fetched_once_and_reused(
     async with KubeClient(Credentials.from_kubeconfig(kubeconfig)) as client:
         user = await who_am_i(client)
         await who_am_i(client)
-        with pytest.raises(ApiError) as denied:
+        with pytest.raises(KubeApiError) as denied:
             await client.get(f"/api/v1/namespaces/{namespace}/secrets")
     assert user["username"] == f"system:serviceaccount:{namespace}:plugged"
     assert denied.value.status == 403
@@ -111,7 +111,7 @@ async def test_api_errors_are_typed_by_status(kube: KubeClient, namespace: str) 
         await kube.request("PUT", f"{configmaps}/once", body=stale)
     assert created["metadata"]["resourceVersion"] != "1"
 
-    with pytest.raises(ApiError) as invalid:
+    with pytest.raises(KubeApiError) as invalid:
         await kube.create(configmaps, {"metadata": {"name": "Not_A_Name"}})
     assert invalid.value.status == 422
     assert not isinstance(invalid.value, (NotFoundError, ConflictError))

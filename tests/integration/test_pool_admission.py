@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import POOL_PLURAL
 
@@ -71,7 +71,7 @@ async def test_invalid_pools_are_rejected_naming_the_rule(
     kube: KubeClient, namespace: str, case: str, spec: dict[str, Any], field: str
 ) -> None:
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{POOL_PLURAL}"
-    with pytest.raises(ApiError) as rejected:
+    with pytest.raises(KubeApiError) as rejected:
         await kube.create(path, pool(spec, case))
     assert rejected.value.status == 422, rejected.value
     assert field in rejected.value.message, rejected.value.message
@@ -91,7 +91,9 @@ async def test_a_valid_pool_gets_the_defaults_and_scales_through_the_subresource
     assert spec["autoscale"]["scaleDownDelaySeconds"] == 300
     scaled = await kube.patch(f"{path}/p/scale", {"spec": {"replicas": 3}})
     assert scaled["spec"]["replicas"] == 3
-    with pytest.raises(ApiError) as rejected:  # the CEL bounds hold through the scale subresource
+    with pytest.raises(
+        KubeApiError
+    ) as rejected:  # the CEL bounds hold through the scale subresource
         await kube.patch(f"{path}/p/scale", {"spec": {"replicas": 7}})
     assert rejected.value.status == 422
     assert (await kube.get(f"{path}/p"))["spec"]["replicas"] == 3

@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.kube import ApiError, KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.reflector import GONE, Reflector
 from egress_proxies.model import UID_LABEL
 from egress_proxies.tier.sinks import ProxySink, SecretSink
@@ -61,7 +61,7 @@ async def test_a_compacted_resource_version_is_410_and_the_reflector_relists(
 ) -> None:
     reflector = Reflector(kube, proxy_path(namespace), ProxySink(Fleet()))
     reflector.resource_version = "1"
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(KubeApiError) as raised:
         await reflector.watch_once()
     assert raised.value.status == GONE
 

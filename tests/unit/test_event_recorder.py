@@ -8,7 +8,7 @@ from typing import Any
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.events import SERIES_INTERVAL, EventRecorder, Regarding, event_name
-from egress_proxies.kube import ApiError, TransportError
+from egress_proxies.kube import KubeApiError, TransportError
 from egress_proxies.kube.errors import api_error
 
 PROXY = Regarding("crawl.example.com/v1alpha1", "Proxy", "crawl", "p1", "uid-1")
@@ -33,7 +33,7 @@ class FakeEvents:
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(("create", path))
         if self.down:
-            raise ApiError(503, "ServiceUnavailable", "down")
+            raise KubeApiError(503, "ServiceUnavailable", "down")
         name = body["metadata"]["name"]
         if name in self.objects:
             raise api_error(409, "AlreadyExists", name)

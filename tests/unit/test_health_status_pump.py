@@ -14,7 +14,7 @@ from egress_proxies.catalog import proxy_key
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import ManualClock
 from egress_proxies.health import HealthReport
-from egress_proxies.kube import ApiError, TransportError
+from egress_proxies.kube import KubeApiError, TransportError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.operator.health_status import (
     PAUSED_RECHECK_SECONDS,
@@ -38,7 +38,9 @@ class FlakyWriter:
         self.attempts += 1
         if self.fail:
             self.fail -= 1
-            raise (ApiError(503, "ServiceUnavailable", "etcd") if self.fail % 2 else OSError(111))
+            raise (
+                KubeApiError(503, "ServiceUnavailable", "etcd") if self.fail % 2 else OSError(111)
+            )
         status = mutate(ProxyStatus())
         self.written.append(status)
         return status

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.clock import ManualClock
-from egress_proxies.kube import ApiError, JsonObject
+from egress_proxies.kube import JsonObject, KubeApiError
 from egress_proxies.kube.reflector import (
     INITIAL_BACKOFF,
     MAX_BACKOFF,
@@ -25,12 +25,12 @@ def test_a_clean_end_of_a_watch_resumes_it_at_once_and_resets_the_backoff() -> N
 
 
 def test_410_gone_relists_at_once() -> None:
-    gone = ApiError(410, "Expired", "too old resource version")
+    gone = KubeApiError(410, "Expired", "too old resource version")
     assert next_step(gone, "42", 4.0) == Step(Action.LIST, 0.0, 4.0)
 
 
 def test_other_errors_relist_after_a_doubling_bounded_backoff() -> None:
-    error = ApiError(500, "InternalError", "boom")
+    error = KubeApiError(500, "InternalError", "boom")
     delays = []
     backoff = INITIAL_BACKOFF
     for _ in range(10):
@@ -178,9 +178,9 @@ async def test_a_410_error_event_relists_at_once_and_drops_what_vanished() -> No
 async def test_errors_back_off_doubling_and_unsynced_until_a_list_succeeds() -> None:
     server = ScriptedServer(
         [
-            ApiError(503, "ServiceUnavailable", "down"),
+            KubeApiError(503, "ServiceUnavailable", "down"),
             ConnectionRefusedError("refused"),
-            ApiError(403, "Forbidden", "no"),
+            KubeApiError(403, "Forbidden", "no"),
             listing("5"),
         ],
         [],
@@ -194,7 +194,7 @@ async def test_errors_back_off_doubling_and_unsynced_until_a_list_succeeds() -> 
 
 
 async def test_not_synced_while_the_first_list_fails() -> None:
-    server = ScriptedServer([ApiError(500, "", "x")] * 3 + [listing("1")], [])
+    server = ScriptedServer([KubeApiError(500, "", "x")] * 3 + [listing("1")], [])
     synced_while_failing: list[bool] = []
     clock = ManualClock()
     reflector = Reflector(server, "/x", Recorder(), clock=clock)
