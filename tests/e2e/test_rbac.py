@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from egress_proxies.kube import KubeClient, write_kubeconfig
+from harness.audit import audited
 from tests.conftest import ClusterHandle
 from tests.e2e.conftest import (
     OperatorProcess,
@@ -19,6 +20,17 @@ from tests.e2e.conftest import (
     wait_for_condition,
     wait_gone,
 )
+
+# What an operator limited with --namespace uses and a cluster-wide install
+# never does (tests/e2e/test_deployed_operator.py): kopf watches Namespaces,
+# and the namespace's KopfPeering it creates and keeps alive; and the orphan
+# GC's list of ConfigMaps, swept here every few seconds.
+SHOWN_HERE = {
+    ("namespaces", "list"),
+    ("namespaces", "watch"),
+    *(("kopfpeerings.kopf.dev", verb) for verb in ("get", "list", "watch", "create", "patch")),
+    ("configmaps", "list"),
+}
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac.yaml"
 
@@ -51,8 +63,8 @@ async def operator_as_service_account(
     namespace: str,
     tmp_path: Path,
     role: dict[str, Any],
-) -> OperatorProcess:
-    """Bind `role` to a fresh ServiceAccount and start the operator with its token."""
+) -> tuple[OperatorProcess, str]:
+    """Bind `role` to a fresh ServiceAccount, start the operator with its token; and its user."""
     name = f"egress-proxies-{secrets.token_hex(3)}"
     await kube.create(
         f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": name}}
@@ -77,15 +89,18 @@ async def operator_as_service_account(
     )
     kubeconfig = tmp_path / "service-account.kubeconfig"
     write_kubeconfig(kubeconfig, dev_cluster.credentials.with_token(issued["status"]["token"]))
-    operator = new_operator(kubeconfig, namespace, tmp_path)
+    # The orphan GC sweeps (lists) every 2 s; it deletes nothing younger than 10 minutes.
+    operator = new_operator(
+        kubeconfig, namespace, tmp_path, extra_env={"EGRESS_PROXIES_GC_INTERVAL_SECONDS": "2"}
+    )
     operator.start()
-    return operator
+    return operator, f"system:serviceaccount:{namespace}:{name}"
 
 
 async def test_the_deployed_rules_are_enough_to_provision_and_delete(
     kube: KubeClient, dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
 ) -> None:
-    operator = await operator_as_service_account(
+    operator, user = await operator_as_service_account(
         kube, dev_cluster, namespace, tmp_path, deploy_cluster_role()
     )
     try:
@@ -97,12 +112,15 @@ async def test_the_deployed_rules_are_enough_to_provision_and_delete(
         assert "forbidden" not in operator.log_text().lower()
     finally:
         operator.stop()
+    used = audited(dev_cluster.layout.audit_log, user)
+    print("used with --namespace:", sorted(used))
+    assert used >= SHOWN_HERE, sorted(SHOWN_HERE - used)
 
 
 async def test_a_missing_rule_fails_visibly(
     kube: KubeClient, dev_cluster: ClusterHandle, namespace: str, tmp_path: Path
 ) -> None:
-    operator = await operator_as_service_account(
+    operator, _ = await operator_as_service_account(
         kube, dev_cluster, namespace, tmp_path, without_pod_writes(deploy_cluster_role())
     )
     try:
