@@ -78,6 +78,11 @@ def operator_pod(deployed: Deployed) -> dict[str, Any]:
     return pod
 
 
+def health_check(url: str) -> dict[str, Any]:
+    """A Proxy's health check against the test's origin, probed every 2 s."""
+    return {"url": url, "expectedStatus": 200, "intervalSeconds": 2, "timeoutSeconds": 1}
+
+
 async def wait_phase(kube: KubeClient, namespace: str, name: str, phase: str) -> dict[str, Any]:
     async def reached() -> dict[str, Any] | None:
         body = await kube.get(proxy_path(namespace, name))
@@ -119,12 +124,7 @@ async def test_a_proxy_and_a_pool_become_ready_as_the_service_account(
     deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
 ) -> None:
     async with serve_origin(host=own_cluster.host_address) as origin:
-        health = {
-            "url": origin.url,
-            "expectedStatus": 200,
-            "intervalSeconds": 2,
-            "timeoutSeconds": 1,
-        }
+        health = health_check(origin.url)
         await own_kube.create(
             proxy_path(crawl_namespace),
             managed_proxy("solo", healthCheck=health, attributes={"pool": "solo"}),
@@ -239,12 +239,7 @@ async def test_a_crawler_pod_leases_by_service_name_and_fetches_through_the_prox
     deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
 ) -> None:
     async with serve_origin(host=own_cluster.host_address) as origin:
-        health = {
-            "url": origin.url,
-            "expectedStatus": 200,
-            "intervalSeconds": 2,
-            "timeoutSeconds": 1,
-        }
+        health = health_check(origin.url)
         await own_kube.create(
             proxy_path(crawl_namespace),
             managed_proxy("for-crawler", healthCheck=health, attributes={"pool": "crawl"}),
@@ -345,7 +340,7 @@ async def _interrupt_an_up(
     before: str,
     origin_url: str,
 ) -> None:
-    health = {"url": origin_url, "expectedStatus": 200, "intervalSeconds": 2, "timeoutSeconds": 1}
+    health = health_check(origin_url)
     await own_kube.create(
         proxy_path(crawl_namespace), managed_proxy("interrupted", healthCheck=health)
     )
