@@ -162,10 +162,11 @@ class Lease(_LeaseView):
         self._regranted(self._pool.renew(self._grant.lease_id, ttl))
 
     def wait_turn(self) -> None:
-        """Sleep until this lease may send its next request at its pace."""
-        delay = self._bucket.reserve(self._clock())
-        if delay > 0:
-            self._pool._sleep(delay)
+        """Sleep until this lease may send its next request at its pace (the pace as it is
+        when the turn comes: a pace lowered meanwhile applies at once)."""
+        with self._bucket.waiting():
+            while (delay := self._bucket.take(self._clock())) > 0:
+                self._pool._sleep(delay)
 
     def observe(
         self, status: int, headers: Mapping[str, str], body: str | bytes = b""
@@ -426,10 +427,11 @@ class AsyncLease(_LeaseView):
         self._regranted(await self._pool._renew(self._grant.lease_id, ttl))
 
     async def wait_turn(self) -> None:
-        """Wait until this lease may send its next request at its pace (other tasks run)."""
-        delay = self._bucket.reserve(self._clock())
-        if delay > 0:
-            await self._pool._sleep(delay)
+        """Wait until this lease may send its next request at its pace, other tasks running
+        (the pace as it is when the turn comes: a pace lowered meanwhile applies at once)."""
+        with self._bucket.waiting():
+            while (delay := self._bucket.take(self._clock())) > 0:
+                await self._pool._sleep(delay)
 
     async def observe(
         self, status: int, headers: Mapping[str, str], body: str | bytes = b""
