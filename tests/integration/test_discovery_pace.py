@@ -32,12 +32,13 @@ async def test_a_lease_carries_its_pace_and_reports_move_it() -> None:
             api, f"/v1/leases/{lease['leaseId']}/renew", {"ttlSeconds": 60}
         )
         assert (status, renewed["pace"]["requestsPerSecond"]) == (200, 4.0)
+        api.clock.advance(1.0)
         status, body = await report(
             api, lease["leaseId"], result="rate_limited", retryAfterSeconds=2
         )
         assert status == 200
         assert body["pace"]["requestsPerSecond"] == 2.0
-        assert body["pace"]["lastLoweredAt"] == "2025-06-15T15:06:40Z"
+        assert body["pace"]["lastLoweredAt"] == "2025-06-15T15:06:41Z"
 
 
 async def test_an_old_clients_one_result_report_still_works() -> None:

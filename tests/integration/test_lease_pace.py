@@ -113,19 +113,29 @@ async def test_after_a_limit_the_pace_climbs_back_fast_and_cruises_below_it(
     assert rate(await ok(store, lease, 100)) == 3.6, "cruising until the probe"
 
 
-async def test_the_probe_creeps_above_the_limit_and_finds_it_again(
+async def test_the_probe_grows_above_the_limit_and_finds_it_again(
     make_store: MakeStore, clock: VirtualClock
 ) -> None:
-    store = paced(make_store, start=4.0, decrease=0.5, increase=1.0, cruise=0.9, probe_after=30)
+    store = paced(make_store, start=4.0, decrease=0.5, increase=0.25, cruise=1.0, probe_after=30)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     await rate_limited(store, lease)
     clock.advance(1.0)
-    await ok(store, lease, 10)
+    assert rate(await ok(store, lease, 10)) == 4.0, "back at the limit"
     clock.advance(29.0)
-    assert rate(await ok(store, lease, 36)) == 13.6, "10 s' worth at 3.6/s: +10 x 1/s"
-    assert rate(await rate_limited(store, lease)) == 6.8, "a probe that hits the limit"
+    assert rate(await ok(store, lease, 4)) == 5.0, "probing: one second's worth, +25 %"
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease)) == 2.5, "half of 5"
     clock.advance(1.0)
-    assert rate(await ok(store, lease, 100)) == 12.24, "now cruising below 13.6"
+    assert rate(await ok(store, lease, 100)) == 4.5, "the site saw 4.5/s over the last second"
+
+
+async def test_a_limit_hit_right_after_a_raise_came_at_the_pace_before_it(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.5, cruise=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 2)) == 4.0
+    assert rate(await rate_limited(store, lease)) == 1.0, "the site saw 1/s: cruise there"
 
 
 async def test_a_limit_hit_while_cruising_is_set_below_where_it_hit(
@@ -136,9 +146,10 @@ async def test_a_limit_hit_while_cruising_is_set_below_where_it_hit(
     await rate_limited(store, lease)
     clock.advance(1.0)
     assert rate(await ok(store, lease, 100)) == 3.6
+    clock.advance(1.0)
     assert rate(await rate_limited(store, lease)) == 1.8, "the site lowered its limit"
     clock.advance(1.0)
-    assert rate(await ok(store, lease, 100)) == 2.43, "0.9 of (1 + 0.5) / 2 of 3.6"
+    assert rate(await ok(store, lease, 100)) == 2.916, "0.9 of 0.9 of 3.6"
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(
@@ -325,6 +336,7 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
     candidates = pool(record("a"), record("b"))
     lease = granted(await before.acquire(candidates, SITE, 60))
     await ok(before, lease, 2)
+    clock.advance(1.0)
     lowered = await rate_limited(before, lease)
     await before.close()
     after = open_store()

@@ -98,8 +98,8 @@ local function known_lease(id)
 end
 
 -- The pace (leases/pace.py, the same algorithm). Keys under the base:
---   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at"
---                         per target field
+--   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at
+--                         changed_at before|-" per target field
 --   tpace:<target>  string "rate touched_at limit|- probe_at": where a proxy new to the
 --                          target starts
 --   tlease:<target> zset  active lease id -> expires at, per target
@@ -108,7 +108,7 @@ end
 -- decrease, settle, memory (seconds), ceiling, cruise, probe after. A pace untouched
 -- for `memory` reads as absent. Values written before limits were kept have four
 -- (pair) or two (target) fields: no limit, slow start.
-local GROWTH, MOST_DOUBLINGS = 2.0, 64.0
+local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
 local function pace_params(from)
   return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
     increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
@@ -129,10 +129,12 @@ local function learned_pace(key, target, now, P)
     local w = words(v)
     if tonumber(w[4]) + P.memory > now then
       return {rate = tonumber(w[1]), lowered = tonumber(w[2]), hold = tonumber(w[3]),
-        limit = w[5] and tonumber(w[5]), probe = tonumber(w[6] or '0')}
+        limit = w[5] and tonumber(w[5]), probe = tonumber(w[6] or '0'),
+        changed = tonumber(w[7] or '0'), before = w[8] and tonumber(w[8])}
     end
   end
-  local state = {rate = P.start, lowered = nil, hold = 0, limit = nil, probe = 0}
+  local state = {rate = P.start, lowered = nil, hold = 0, limit = nil, probe = 0,
+    changed = 0, before = nil}
   if target ~= '' then
     local t = redis.call('GET', B .. 'tpace:' .. target)
     if t then
@@ -161,18 +163,23 @@ local function or_dash(x)
   return '-'
 end
 
+-- PaceState.change: move to `rate` from now.
+local function change(state, rate, now)
+  state.before, state.changed, state.rate = state.rate, now, rate
+end
+
 -- pace.py's `raised`: the new rate after `count` accepted requests, or nil (unchanged).
 local function raised_rate(state, count, now, P, cap)
   if now < state.hold or state.rate >= cap then return nil end
-  local seconds = count / state.rate
-  local doubled = state.rate * GROWTH ^ math.min(seconds, MOST_DOUBLINGS)
+  local seconds = math.min(count / state.rate, MOST_SECONDS)
+  local doubled = state.rate * GROWTH ^ seconds
   local rate
   if state.limit == nil then
     rate = doubled
   elseif state.rate < P.cruise * state.limit then
     rate = math.min(P.cruise * state.limit, doubled)
   elseif now >= state.probe then
-    rate = state.rate + P.increase * seconds
+    rate = state.rate * (1 + P.increase) ^ seconds
   else
     return nil
   end
@@ -181,34 +188,42 @@ local function raised_rate(state, count, now, P, cap)
   return rate
 end
 
+-- pace.py's `lowered` past the hold: the limit from the pace the site saw, then lower.
+local function lower(state, now, P, retry_after)
+  local seen = state.rate
+  if state.before ~= nil then
+    local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
+    seen = state.before + share * (state.rate - state.before)
+  end
+  if state.limit ~= nil and now < state.probe then seen = seen * CONVERGE end
+  state.limit = seen
+  change(state, math.max(P.floor, math.min(state.rate * P.decrease, P.cruise * seen)), now)
+  state.lowered = now
+  state.hold = now + math.max(P.settle, retry_after or 0)
+  state.probe = now + P.probe_after
+end
+
 -- Apply a report to the pair's pace: ok (count accepted requests) or a rate limit.
 local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after)
   local state = learned_pace(key, target, now, P)
   local changed = false
   if rate_limited then
     if now >= state.hold then
-      if state.limit ~= nil and now < state.probe then
-        state.limit = state.rate * (1 + P.decrease) / 2
-      else
-        state.limit = state.rate
-      end
-      state.rate = math.max(P.floor, state.rate * P.decrease)
-      state.lowered = now
-      state.hold = now + math.max(P.settle, retry_after or 0)
-      state.probe = now + P.probe_after
+      lower(state, now, P, retry_after)
       changed = true
     end
   else
     local rate = raised_rate(state, count, now, P, cap)
     if rate then
-      state.rate = rate
+      change(state, rate, now)
       changed = true
     end
   end
   local hash = B .. 'pace:' .. key
   redis.call('HSET', hash, target_field(target), fmt(state.rate) .. ' ' ..
     or_dash(state.lowered) .. ' ' .. fmt(state.hold) .. ' ' .. fmt(now) .. ' ' ..
-    or_dash(state.limit) .. ' ' .. fmt(state.probe))
+    or_dash(state.limit) .. ' ' .. fmt(state.probe) .. ' ' .. fmt(state.changed) .. ' ' ..
+    or_dash(state.before))
   redis.call('PEXPIRE', hash, math.ceil(P.memory * 1000))
   if changed and target ~= '' then
     local tkey = B .. 'tpace:' .. target
