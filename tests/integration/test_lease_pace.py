@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from egress_proxies.leases import (
     Lease,
@@ -364,3 +365,26 @@ async def test_a_pace_nobody_reports_on_is_forgotten(
     assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 16.0
     clock.advance(61)
     assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 1.0
+
+
+async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
+    redis_server: RedisServer, redis_prefix: str, clock: VirtualClock
+) -> None:
+    store = RedisLeaseStore(
+        redis_server.url,
+        prefix=redis_prefix,
+        timeout=2.0,
+        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
+        clock=clock,
+    )
+    try:
+        lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+        async with Redis.from_url(redis_server.url) as admin:
+            base = f"{{{redis_prefix}}}:"
+            await admin.hset(f"{base}pace:{lease.proxy.key}", f"t:{SITE}", f"3 - 0 {clock.now}")
+            await admin.set(f"{base}tpace:{SITE}", f"2 {clock.now}")
+        assert rate(await ok(store, lease, 3)) == 6.0, "no limit: slow start"
+        newcomer = granted(await store.acquire(pool(record("b")), SITE, 60))
+        assert rate(newcomer.pace) == 6.0
+    finally:
+        await store.close()
