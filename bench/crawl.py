@@ -5,8 +5,11 @@
 Starts a dev cluster (or uses the running one `--cluster` names; each squid pod
 leaves from its own address), the operator and N managed proxies, and a site
 that allows R pages/s per source address (429 with `Retry-After: 1` above it, a
-ban after 20 429s within 10 s). Each crawler crawls it from scratch;
-`--halve-after` seconds in, the site halves R for `--halve-for` seconds, then
+ban after 20 429s within 10 s). Each crawler crawls a fresh copy of it, on the
+same host: the fleet keeps the pace it learned there in the crawls before. The
+two Scrapy processes of (c) spread over half the (exclusive) proxies each
+(EGRESS_PROXIES_LEASES_PER_DOMAIN = N / 2). `--halve-after` seconds into each
+crawl the site halves R for `--halve-for` seconds, then
 restores it. Printed per crawler: efficiency = pages/s / (R x N) before the
 halving, the share of answers that were 429, bans, the seconds until 429s
 stopped after the halving, the seconds until efficiency was back above 0.8
@@ -57,8 +60,9 @@ LINK = re.compile(r'href="/page/(\d+)"')
 Crawler = Callable[[Site, str], Awaitable[None]]
 
 
-async def scrapy_crawl(site: Site, api: tuple[str, str], out: Path) -> None:
-    """One `scrapy runspider` of the crawl spider, to its end."""
+async def scrapy_crawl(site: Site, api: tuple[str, str], out: Path, leases: int) -> None:
+    """One `scrapy runspider` of the crawl spider spreading a domain over up to `leases`
+    leases, to its end."""
     out.mkdir(parents=True, exist_ok=True)
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
@@ -69,6 +73,7 @@ async def scrapy_crawl(site: Site, api: tuple[str, str], out: Path) -> None:
             "EGRESS_PROXIES_TOKEN": api[1],
             "CRAWL_OUT": str(out),
             "CRAWL_CONCURRENCY": SCRAPY_CONCURRENCY,
+            "CRAWL_LEASES_PER_DOMAIN": str(leases),
         },
         cwd=out,
         stdout=(out / "scrapy.log").open("w"),
@@ -240,14 +245,20 @@ async def measure(
                 progress(f"{args.proxies} proxies healthy")
                 api = (op.discovery_url, op.discovery_token)
                 progress("(a) Scrapy")
-                await crawl_once("scrapy", lambda site: scrapy_crawl(site, api, root / "a"), args)
+                await crawl_once(
+                    "scrapy",
+                    lambda site: scrapy_crawl(site, api, root / "a", args.proxies),
+                    args,
+                )
                 progress("(b) SDK crawler")
                 await crawl_once("sdk", lambda site: sdk_crawl(site, api, args.proxies), args)
-                progress("(c) two Scrapy processes at once")
+                progress("(c) two Scrapy processes at once, half the fleet each")
+                share = max(args.proxies // 2, 1)
                 await crawl_once(
                     "two scrapy",
                     lambda site: asyncio.gather(
-                        scrapy_crawl(site, api, root / "c1"), scrapy_crawl(site, api, root / "c2")
+                        scrapy_crawl(site, api, root / "c1", share),
+                        scrapy_crawl(site, api, root / "c2", share),
                     ),
                     args,
                 )

@@ -1,19 +1,34 @@
 """The pace: how many requests per second a proxy may send to a target, learned from reports.
 
-AIMD, as TCP learns a link's capacity. Every `ok` report adds `increase` requests/s
-per second of traffic it counts at the current pace (`count / rate` seconds), so
-a pace that the site keeps accepting grows by `increase` each second; a
-`rate_limited` report multiplies it by `decrease`. Rate limits reported within
-`settle` seconds of a decrease (or within the site's Retry-After, if longer) are
-echoes of the same overload, from requests already in flight: they lower it no
-further, and nothing raises it until that hold is over. The learned pace stays
-within [floor, ceiling], and below a target's per-proxy bound.
+Learned per {proxy, target} pair from `ok` counts (accepted requests) and rate
+limits, in three regimes, much as TCP CUBIC learns a link's capacity:
 
-The target's own pace is where a proxy new to the target starts: the last pace a
-proxy was lowered to, or raised to beyond it. The pace handed to a holder is the
-learned one shared by the holders of the pair, and by the target's fleet-wide
-bound shared by every lease on the target. Pure bookkeeping over plain values:
-the memory store keeps its states in `Paces`, the Redis store the same in Lua.
+- Slow start: a pair that never hit a limit doubles its pace per second of
+  traffic the site accepted (`count / rate` seconds), so it finds a site's limit
+  in a few seconds wherever it is.
+- A remembered limit: a rate limit remembers the pace the site saw over the last
+  second (the pace before the last change, then the current one, weighted by
+  time: a limit hit right after a doubling came at little more than the pace
+  before it) as the pair's limit, and lowers the pace by `decrease`, at least to
+  `cruise` x the limit. Rate limits within `settle` seconds of a decrease (or
+  within the site's Retry-After, if longer) are echoes of the same overload,
+  from requests already in flight: they lower it no further, and nothing raises
+  it until that hold is over. Then the pace doubles per second of traffic back
+  up to `cruise` x the limit, and cruises there.
+- Probing: `probe_after` seconds after the last decrease the pace grows above
+  the limit again by `increase` (a share of itself) per second of traffic, until
+  a rate limit sets a new limit; so a site that raised its limit is found again.
+  A rate limit while cruising (before the probe) says the limit is lower than
+  remembered: the new limit is set below the pace seen (`CONVERGE` of it), so a
+  site that halved its limit is found in a few decreases.
+
+The learned pace stays within [floor, ceiling], and below a target's per-proxy
+bound. The target's own pace is where a proxy new to the target starts (with the
+target's limit): the last pace a proxy was lowered to, or raised to beyond it.
+The pace handed to a holder is the learned one shared by the holders of the
+pair, and by the target's fleet-wide bound shared by every lease on the target.
+Pure bookkeeping over plain values: the memory store keeps its states in
+`Paces`, the Redis store the same in Lua.
 """
 
 from __future__ import annotations
@@ -29,9 +44,23 @@ from egress_proxies.catalog import ProxyKey
 DEFAULT_PACE_START = 1.0
 DEFAULT_PACE_FLOOR = 0.1
 DEFAULT_PACE_CEILING = 50.0
-DEFAULT_PACE_INCREASE = 0.5
+DEFAULT_PACE_INCREASE = 0.05
 DEFAULT_PACE_DECREASE = 0.7
 DEFAULT_PACE_SETTLE = 1.0
+# Cruise a little below the remembered limit: a site counting a sliding second refuses
+# a pace just at its limit whenever the network bunches two requests together.
+DEFAULT_PACE_CRUISE = 0.95
+# A limit holds this long after the last decrease before the pace probes above it: long
+# enough that probing costs little (one rate limit per pair per probe), short enough
+# that a site that restored its limit is back at full pace within a minute.
+DEFAULT_PACE_PROBE_AFTER = 30.0
+# Slow start and the climb back to the cruise double the pace per second of traffic.
+GROWTH = 2.0
+# A limit hit while cruising is set this far below the pace the site saw.
+CONVERGE = 0.9
+# Sites count their limits over a second: the pace they saw is the last second's.
+SITE_WINDOW = 1.0
+_MOST_SECONDS = 64.0  # of traffic in one report (its count may be huge; the ceiling applies)
 # One request at a time: sites count their limit over a sliding second, and a bucket
 # holding b tokens at rate r lets b + r requests into one second (measured: a burst of
 # one second's worth, at R = 5 per address, had 9.7 % of a crawl's answers 429).
@@ -71,7 +100,9 @@ UNBOUNDED = TargetBounds("*")
 
 @dataclass(frozen=True)
 class PaceLimits:
-    """The AIMD parameters and the per-target bounds (first matching pattern wins)."""
+    """How the pace is learned (see the module) and the per-target bounds (first matching
+    pattern wins). `increase`: the probe's growth, a share of the pace per second of
+    traffic; `decrease`: the factor a rate limit lowers it by at least."""
 
     start: float = DEFAULT_PACE_START
     floor: float = DEFAULT_PACE_FLOOR
@@ -79,6 +110,8 @@ class PaceLimits:
     increase: float = DEFAULT_PACE_INCREASE
     decrease: float = DEFAULT_PACE_DECREASE
     settle: float = DEFAULT_PACE_SETTLE
+    cruise: float = DEFAULT_PACE_CRUISE
+    probe_after: float = DEFAULT_PACE_PROBE_AFTER
     memory: float = DEFAULT_PACE_MEMORY
     targets: tuple[TargetBounds, ...] = ()
 
@@ -89,6 +122,8 @@ class PaceLimits:
             raise ValueError("the pace decrease must be in (0, 1) and its increase positive")
         if self.settle < 0 or self.memory <= 0:
             raise ValueError("the pace settle time must not be negative, its memory positive")
+        if not 0 < self.cruise <= 1 or self.probe_after < 0:
+            raise ValueError("the pace cruise must be in (0, 1], its probe time not negative")
 
     def bounds_for(self, target: str | None) -> TargetBounds:
         """The bounds of the first pattern `target` matches; none for no target."""
@@ -118,18 +153,48 @@ class Pace:
 
 @dataclass(slots=True)
 class PaceState:
-    """A learned pace: its rate, when it was last lowered, and until when it holds still."""
+    """A learned pace: its rate, when it was last lowered, until when it holds still, the
+    limit the site's last rate limit came at (None: never limited, slow start), when it
+    may probe above it, and when the rate last changed from what (`before`)."""
 
     rate: float
     lowered_at: float | None = None
     hold_until: float = 0.0
+    limit: float | None = None
+    probe_at: float = 0.0
+    changed_at: float = 0.0
+    before: float | None = None
+
+    def seen(self, now: float) -> float:
+        """The pace the site saw over the last second: `before`, then `rate` since the change."""
+        if self.before is None:
+            return self.rate
+        share = min(max(now - self.changed_at, 0.0) / SITE_WINDOW, 1.0)
+        return self.before + share * (self.rate - self.before)
+
+    def change(self, rate: float, now: float) -> None:
+        """Move to `rate` from now."""
+        self.before, self.changed_at, self.rate = self.rate, now, rate
 
 
 def raised(state: PaceState, count: int, now: float, limits: PaceLimits, cap: float) -> bool:
     """Apply `count` accepted requests; True when the pace changed."""
     if now < state.hold_until or state.rate >= cap:
         return False
-    state.rate = min(cap, state.rate + limits.increase * count / state.rate)
+    seconds = min(count / state.rate, _MOST_SECONDS)
+    doubled = state.rate * GROWTH**seconds
+    if state.limit is None:
+        rate = doubled
+    elif state.rate < (cruise := limits.cruise * state.limit):
+        rate = min(cruise, doubled)
+    elif now >= state.probe_at:
+        rate = state.rate * (1 + limits.increase) ** seconds
+    else:
+        return False
+    rate = min(cap, rate)
+    if rate == state.rate:
+        return False
+    state.change(rate, now)
     return True
 
 
@@ -137,9 +202,13 @@ def lowered(state: PaceState, now: float, retry_after: float | None, limits: Pac
     """Apply one rate limit; True when the pace changed (False within a hold)."""
     if now < state.hold_until:
         return False
-    state.rate = max(limits.floor, state.rate * limits.decrease)
+    cruising = state.limit is not None and now < state.probe_at
+    state.limit = state.seen(now) * (CONVERGE if cruising else 1.0)
+    lower = min(state.rate * limits.decrease, limits.cruise * state.limit)
+    state.change(max(limits.floor, lower), now)
     state.lowered_at = now
     state.hold_until = now + max(limits.settle, retry_after or 0.0)
+    state.probe_at = now + limits.probe_after
     return True
 
 
@@ -192,7 +261,10 @@ class Paces:
         if remembered is not None:
             return remembered.state
         start = self._targets.get(target) if target is not None else None
-        return PaceState(start.state.rate if start is not None else self.limits.start)
+        if start is None:
+            return PaceState(self.limits.start)
+        known = start.state
+        return PaceState(known.rate, limit=known.limit, probe_at=known.probe_at)
 
     def record(
         self,
@@ -243,6 +315,8 @@ class Paces:
         state = entry.state if entry is not None else PaceState(pair.rate)
         if (pair.rate < state.rate) if went_down else (pair.rate > state.rate):
             state.rate = pair.rate
+        if went_down:
+            state.limit, state.probe_at = pair.limit, pair.probe_at
         self._touch(self._targets, target, state, now)
 
     def _touch(

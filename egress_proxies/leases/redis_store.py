@@ -144,6 +144,8 @@ class RedisLeaseStore:
                 pace.settle,
                 pace.memory,
                 pace.ceiling,
+                pace.cruise,
+                pace.probe_after,
             )
         )
         self._pools: dict[int, _PoolArgs] = {}

@@ -7,6 +7,7 @@ a real local origin, counting the requests that arrive in each second.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import random
 import time
 from collections.abc import Callable
@@ -29,36 +30,68 @@ def pace(rate: float, burst: int = 1) -> Pace:
     return Pace(requests_per_second=rate, burst=burst, last_lowered_at=None)
 
 
+def turns(bucket: TokenBucket, now: float, waiters: int) -> list[float]:
+    """When `waiters` callers, all asking at `now`, get a turn each, in virtual time: a
+    caller refused a turn sleeps the seconds `take` says and asks again."""
+    taken: list[float] = []
+    wakeups = [(now, index) for index in range(waiters)]
+    heapq.heapify(wakeups)
+    while wakeups:
+        at, index = heapq.heappop(wakeups)
+        delay = bucket.take(at)
+        if delay == 0:
+            taken.append(round(at, 9))
+        else:
+            heapq.heappush(wakeups, (at + delay, index))
+    return taken
+
+
 def test_the_bucket_spaces_turns_at_its_rate_after_the_burst() -> None:
     bucket = TokenBucket(pace(4.0, burst=2), now=0.0)
-    assert [bucket.reserve(0.0) for _ in range(4)] == [0.0, 0.25, 0.5, 0.75]
-    assert bucket.reserve(10.0) == 0.0, "idle time refills it"
-    assert bucket.reserve(10.0) == 0.0, "up to the burst"
-    assert bucket.reserve(10.0) == 0.25
+    assert turns(bucket, 0.0, 4) == [0.0, 0.25, 0.5, 0.75], "it starts with one token"
+    assert turns(bucket, 10.0, 3) == [10.0, 10.0, 10.25], "idle time refills it, up to the burst"
 
 
-def test_peeking_at_the_next_turn_takes_nothing() -> None:
+def test_peeking_at_the_next_turn_takes_nothing_and_counts_the_waiters() -> None:
     bucket = TokenBucket(pace(2.0), now=0.0)
     assert [bucket.next_turn(0.0), bucket.next_turn(0.0)] == [0.0, 0.0]
-    assert bucket.reserve(0.0) == 0.0
-    assert bucket.next_turn(0.0) == bucket.reserve(0.0) == 0.5
+    assert bucket.take(0.0) == 0.0
+    assert bucket.next_turn(0.0) == bucket.take(0.0) == 0.5
+    with bucket.waiting(), bucket.waiting():
+        assert bucket.next_turn(0.0) == 1.5, "two callers wait ahead of the next"
+        assert "waiting: 2" in repr(bucket)
+    assert bucket.next_turn(0.0) == 0.5
 
 
 def test_a_pause_holds_every_turn_then_one_goes_then_the_pace() -> None:
     bucket = TokenBucket(pace(2.0, burst=4), now=0.0)
-    bucket.reserve(5.0)
+    bucket.take(5.0)
     bucket.pause(3.0, now=5.0)
-    assert [bucket.reserve(5.0) for _ in range(3)] == [3.0, 3.5, 4.0]
+    assert turns(bucket, 5.0, 3) == [8.0, 8.5, 9.0]
 
 
-def test_a_new_pace_applies_from_now_and_no_pace_means_no_wait() -> None:
-    bucket = TokenBucket(pace(1.0), now=0.0)
-    assert bucket.reserve(0.0) == 0.0
-    bucket.set_pace(pace(10.0), now=0.0)
-    assert bucket.reserve(0.0) == pytest.approx(0.1)
+def test_a_lowered_pace_applies_at_once_to_callers_already_waiting() -> None:
+    bucket = TokenBucket(pace(4.0), now=0.0)
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == 0.25, "a waiter is told when to ask again, not promised a turn"
+    bucket.set_pace(pace(1.0), now=0.1)
+    # 0.4 of a token earned at 4/s by 0.1, the rest at 1/s: not at 0.25 as first said.
+    assert turns(bucket, 0.25, 3) == [0.7, 1.7, 2.7]
+
+
+def test_a_pause_applies_at_once_to_callers_already_waiting() -> None:
+    bucket = TokenBucket(pace(5.0), now=0.0)
+    bucket.take(0.0)
+    bucket.pause(1.0, now=0.1)  # a 429 came back while three callers were waiting
+    assert turns(bucket, 0.2, 3) == [1.2, 1.4, 1.6], "half a token by 0.1, then the pace"
+
+
+def test_no_pace_means_no_wait() -> None:
     unpaced = TokenBucket(None, now=0.0)
-    assert {unpaced.reserve(0.0) for _ in range(100)} == {0.0}
+    assert {unpaced.take(0.0) for _ in range(100)} == {0.0}
     assert repr(unpaced).startswith("<TokenBucket [unpaced")
+    unpaced.set_pace(pace(10.0), now=0.0)
+    assert turns(unpaced, 0.0, 2) == [0.0, 0.1]
 
 
 def test_a_batch_goes_when_full_or_due_and_a_failed_one_is_put_back() -> None:
@@ -118,7 +151,7 @@ def test_a_due_batch_goes_after_the_interval() -> None:
             lease.observe(200, OK_HEADERS)
         served.clock.advance(1.0)
         until(lambda: served.reports("ok", "") == 1)
-        until(lambda: lease.pace is not None and lease.pace.requests_per_second == 2.5)
+        until(lambda: lease.pace is not None and lease.pace.requests_per_second == 8.0)
 
 
 def test_the_pace_is_picked_up_on_renew() -> None:
@@ -128,13 +161,13 @@ def test_the_pace_is_picked_up_on_renew() -> None:
     ):
         lease = pool.acquire(target=SITE)
         assert lease.pace == pace(1.0)
-        pool.report(lease.lease_id, "ok", count=8)  # another crawler's report, by id
+        pool.report(lease.lease_id, "ok", count=2)  # another crawler's report, by id
         assert lease.pace == pace(1.0)
         lease.renew(60)
-        assert lease.pace is not None and lease.pace.requests_per_second == 5.0
+        assert lease.pace is not None and lease.pace.requests_per_second == 4.0
         lease.wait_turn()
         lease.wait_turn()
-        assert served.sleeps == [pytest.approx(0.2)], "the bucket keeps the new pace"
+        assert served.sleeps == [pytest.approx(0.25)], "the bucket keeps the new pace"
 
 
 def test_a_rate_limit_is_reported_at_once_and_pauses_the_lease() -> None:
@@ -174,10 +207,10 @@ async def test_the_async_lease_batches_and_picks_up_the_pace() -> None:
                 break
             await asyncio.sleep(0.01)
         assert served.reports("ok", "") == 1
-        assert lease.pace is not None and lease.pace.requests_per_second == 3.0
+        assert lease.pace is not None and lease.pace.requests_per_second == 16.0
         await lease.wait_turn()
         await lease.wait_turn()
-        assert served.sleeps == [pytest.approx(1 / 3)]
+        assert served.sleeps == [pytest.approx(1 / 16)]
         await lease.release()
         assert served.reports("ok", "") == 1, "nothing was pending"
 

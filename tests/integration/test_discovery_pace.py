@@ -25,26 +25,27 @@ async def test_a_lease_carries_its_pace_and_reports_move_it() -> None:
     async with serve_api(record("a"), pace=PaceLimits(start=1.0, decrease=0.5)) as api:
         lease = await api.lease(target=SITE)
         assert lease["pace"] == {"requestsPerSecond": 1.0, "burst": 1, "lastLoweredAt": None}
-        status, body = await report(api, lease["leaseId"], result="ok", count=4)
+        status, body = await report(api, lease["leaseId"], result="ok", count=2)
         assert status == 200
-        assert body == {"pace": {"requestsPerSecond": 3.0, "burst": 1, "lastLoweredAt": None}}
+        assert body == {"pace": {"requestsPerSecond": 4.0, "burst": 1, "lastLoweredAt": None}}
         status, renewed = await post(
             api, f"/v1/leases/{lease['leaseId']}/renew", {"ttlSeconds": 60}
         )
-        assert (status, renewed["pace"]["requestsPerSecond"]) == (200, 3.0)
+        assert (status, renewed["pace"]["requestsPerSecond"]) == (200, 4.0)
+        api.clock.advance(1.0)
         status, body = await report(
             api, lease["leaseId"], result="rate_limited", retryAfterSeconds=2
         )
         assert status == 200
-        assert body["pace"]["requestsPerSecond"] == 1.5
-        assert body["pace"]["lastLoweredAt"] == "2025-06-15T15:06:40Z"
+        assert body["pace"]["requestsPerSecond"] == 2.0
+        assert body["pace"]["lastLoweredAt"] == "2025-06-15T15:06:41Z"
 
 
 async def test_an_old_clients_one_result_report_still_works() -> None:
     async with serve_api(record("a"), pace=PaceLimits(start=2.0)) as api:
         lease = await api.lease(target=SITE)
         status, body = await report(api, lease["leaseId"], result="ok", target=SITE)
-        assert (status, body["pace"]["requestsPerSecond"]) == (200, 2.25)
+        assert (status, body["pace"]["requestsPerSecond"]) == (200, 2.828)
         assert await api.report(lease["leaseId"], "banned") == 200
 
 

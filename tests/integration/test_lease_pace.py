@@ -1,8 +1,9 @@
 """The pace suite, run against both stores: memory and a real redis-server.
 
-Additive increase on `ok` counts, multiplicative decrease on rate limits (held
-through the site's Retry-After), the floor and the ceiling, where a proxy new to
-a target starts, the per-target bounds, and (Redis) a pace kept across a restart.
+Slow start on `ok` counts, multiplicative decrease on rate limits (held through
+the site's Retry-After), the climb back to a cruise below the remembered limit,
+the probe above it, the floor and the ceiling, where a proxy new to a target
+starts, the per-target bounds, and (Redis) a pace kept across a restart.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.leases import (
@@ -87,16 +89,69 @@ async def test_a_new_pair_starts_at_the_start_pace(make_store: MakeStore) -> Non
     assert lease.pace == Pace(rate=2.5, burst=1, lowered_at=None)
 
 
-async def test_ok_counts_raise_the_pace_by_a_step_per_second_of_traffic(
+async def test_slow_start_doubles_the_pace_per_second_of_traffic(
     make_store: MakeStore,
 ) -> None:
     store = paced(make_store, start=1.0, increase=0.5)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert rate(await ok(store, lease, 2)) == 2.0, "two seconds' worth at 1/s: +2 x 0.5"
-    assert rate(await ok(store, lease, 4)) == 3.0, "two seconds' worth at 2/s"
+    assert rate(await ok(store, lease, 2)) == 4.0, "two seconds' worth at 1/s: x 2 x 2"
+    assert rate(await ok(store, lease, 4)) == 8.0, "one second's worth at 4/s"
+    assert rate(await ok(store, lease, 4)) == 11.313708, "half a second's worth: x sqrt(2)"
     renewed = await store.renew(lease.lease_id, 60, RECORDS.get)
     assert renewed is not None and renewed.pace is not None
-    assert (rate(renewed.pace), renewed.pace.burst) == (3.0, 1)
+    assert (rate(renewed.pace), renewed.pace.burst) == (11.313708, 1)
+
+
+async def test_after_a_limit_the_pace_climbs_back_fast_and_cruises_below_it(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, settle=1.0, cruise=0.9, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease)) == 2.0, "limited at 4/s"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 1)) == 2.828427, "doubling per second again"
+    assert rate(await ok(store, lease, 3)) == 3.6, "up to 0.9 of the limit, no further"
+    clock.advance(28.0)
+    assert rate(await ok(store, lease, 100)) == 3.6, "cruising until the probe"
+
+
+async def test_the_probe_grows_above_the_limit_and_finds_it_again(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, increase=0.25, cruise=1.0, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    await rate_limited(store, lease)
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 10)) == 4.0, "back at the limit"
+    clock.advance(29.0)
+    assert rate(await ok(store, lease, 4)) == 5.0, "probing: one second's worth, +25 %"
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease)) == 2.5, "half of 5"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.5, "the site saw 4.5/s over the last second"
+
+
+async def test_a_limit_hit_right_after_a_raise_came_at_the_pace_before_it(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.5, cruise=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 2)) == 4.0
+    assert rate(await rate_limited(store, lease)) == 1.0, "the site saw 1/s: cruise there"
+
+
+async def test_a_limit_hit_while_cruising_is_set_below_where_it_hit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, cruise=0.9, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    await rate_limited(store, lease)
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 3.6
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease)) == 1.8, "the site lowered its limit"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 2.916, "0.9 of 0.9 of 3.6"
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(
@@ -122,7 +177,7 @@ async def test_the_sites_retry_after_holds_the_lowered_pace(
     assert rate(await rate_limited(store, lease)) == 2.0
     assert rate(await ok(store, lease, 4)) == 2.0
     clock.advance(5)
-    assert rate(await ok(store, lease, 4)) == 4.0
+    assert rate(await ok(store, lease, 4)) == 3.8, "then back up, below where it was limited"
 
 
 async def test_the_pace_stays_between_floor_and_ceiling(
@@ -134,7 +189,7 @@ async def test_the_pace_stays_between_floor_and_ceiling(
         await rate_limited(store, lease)
         clock.advance(1.0)
     assert rate(await rate_limited(store, lease)) == 0.5
-    clock.advance(1.0)
+    clock.advance(30.0)
     for _ in range(10):
         await ok(store, lease, 100)
     assert rate(await ok(store, lease, 100)) == 3.0
@@ -149,7 +204,7 @@ async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
     await ok(store, first, 4)
     second = granted(await store.acquire(candidates, SITE, 60))
     assert second.proxy.key != first.proxy.key
-    assert rate(second.pace) == 3.0
+    assert rate(second.pace) == 16.0
     other = granted(await store.acquire(pool(record("c")), "other.example", 60))
     assert rate(other.pace) == 1.0, "each target learns its own"
 
@@ -165,6 +220,7 @@ async def test_a_rate_limit_lowers_where_new_proxies_start(
     assert second.proxy.key != first.proxy.key
     assert rate(second.pace) == 2.0
     assert second.pace is not None and second.pace.lowered_at is None, "b was never lowered"
+    assert rate(await ok(store, second, 100)) == 3.8, "b cruises below a's limit, no slow start"
 
 
 async def test_a_per_proxy_bound_caps_what_is_learned(make_store: MakeStore) -> None:
@@ -173,7 +229,7 @@ async def test_a_per_proxy_bound_caps_what_is_learned(make_store: MakeStore) -> 
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     assert rate(await ok(store, lease, 10)) == 1.5
     free = granted(await store.acquire(pool(record("b")), "example.org", 60))
-    assert rate(await ok(store, free, 10)) == 11.0, "the pattern does not match example.org"
+    assert rate(await ok(store, free, 10)) == 50.0, "the pattern does not match example.org"
 
 
 async def test_the_fleet_bound_is_shared_by_the_targets_leases(make_store: MakeStore) -> None:
@@ -230,7 +286,7 @@ async def test_an_old_clients_single_ok_raises_the_pace_a_little(make_store: Mak
     store = paced(make_store, start=2.0, increase=0.5)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     outcome = await store.report(lease.lease_id, ReportResult.OK, None, None, RECORDS.get)
-    assert outcome is not None and rate(outcome.pace) == 2.25
+    assert outcome is not None and rate(outcome.pace) == 2.828427, "half a second's worth"
 
 
 async def test_bans_leave_the_pace_alone(make_store: MakeStore) -> None:
@@ -247,6 +303,9 @@ async def test_bans_leave_the_pace_alone(make_store: MakeStore) -> None:
         {"start": 60.0, "ceiling": 50.0},
         {"decrease": 1.0},
         {"increase": 0},
+        {"cruise": 0},
+        {"cruise": 1.5},
+        {"probe_after": -1.0},
     ],
 )
 def test_nonsensical_paces_are_refused(pace: dict[str, float]) -> None:
@@ -278,16 +337,19 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
     before = open_store()
     candidates = pool(record("a"), record("b"))
     lease = granted(await before.acquire(candidates, SITE, 60))
-    await ok(before, lease, 10)
+    await ok(before, lease, 2)
+    clock.advance(1.0)
     lowered = await rate_limited(before, lease)
     await before.close()
     after = open_store()
     try:
         renewed = await after.renew(lease.lease_id, 60, RECORDS.get)
         assert renewed is not None and renewed.pace == lowered
-        assert rate(lowered) == 3.0 and lowered.lowered_at == clock.time()
+        assert rate(lowered) == 2.0 and lowered.lowered_at == clock.time()
         newcomer = granted(await after.acquire(candidates, SITE, 60))
-        assert rate(newcomer.pace) == 3.0
+        assert rate(newcomer.pace) == 2.0
+        clock.advance(1.0)
+        assert rate(await ok(after, lease, 100)) == 3.8, "the limit (4/s) was kept too"
     finally:
         await after.close()
 
@@ -301,6 +363,29 @@ async def test_a_pace_nobody_reports_on_is_forgotten(
     await ok(store, lease, 4)
     await store.release(lease.lease_id)
     clock.advance(99)
-    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 3.0
+    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 16.0
     clock.advance(61)
     assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 1.0
+
+
+async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    store = RedisLeaseStore(
+        redis_server.url,
+        prefix=redis_prefix,
+        timeout=2.0,
+        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
+        clock=clock,
+    )
+    try:
+        lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+        async with Redis.from_url(redis_server.url) as admin:
+            base = f"{{{redis_prefix}}}:"
+            await admin.hset(f"{base}pace:{lease.proxy.key}", f"t:{SITE}", f"3 - 0 {clock.time()}")
+            await admin.set(f"{base}tpace:{SITE}", f"2 {clock.time()}")
+        assert rate(await ok(store, lease, 3)) == 6.0, "no limit: slow start"
+        newcomer = granted(await store.acquire(pool(record("b")), SITE, 60))
+        assert rate(newcomer.pace) == 6.0
+    finally:
+        await store.close()

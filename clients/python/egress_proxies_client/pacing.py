@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,14 +23,21 @@ class Pace:
     last_lowered_at: datetime | None
 
 
+# Tokens counted up after waiting exactly the time they take can fall short by a rounding.
+_ROUNDING = 1e-9
+
+
 class TokenBucket:
     """`burst` tokens refilled at `rate` per second; each request takes one.
 
-    `reserve` hands out turns in order: each caller gets the delay until its token,
-    so concurrent callers are spread at the pace instead of waking together.
-    `pause(seconds)` (a site's Retry-After) gives no turn before it has passed,
-    then one at once and the rest at the pace. Without a pace every turn is now.
-    Locked: threads of one sync lease may share it.
+    A turn is taken only when a token is there now (`take`); a caller that finds
+    none waits the seconds `take` returns and asks again, so a new pace (or a
+    pause) applies at once to everyone still waiting, and no turn is promised at
+    a pace that has since been lowered. `next_turn` estimates the wait of one more
+    caller behind those already waiting (`waiting`), so callers choosing among
+    leases spread over them. `pause(seconds)` (a site's Retry-After) gives no turn
+    before it has passed. Without a pace every turn is now. Locked: threads of
+    one sync lease may share it.
     """
 
     def __init__(self, pace: Pace | None, now: float) -> None:
@@ -37,11 +46,12 @@ class TokenBucket:
         self._burst = 1.0
         self._tokens = 1.0
         self._stamp = now  # tokens are counted up to here; later while paused
+        self._waiting = 0
         self.set_pace(pace, now)
 
     def __repr__(self) -> str:
         pace = "unpaced" if math.isinf(self._rate) else f"{self._rate:g}/s, burst {self._burst:g}"
-        return f"<TokenBucket [{pace} | tokens: {self._tokens:.2f}]>"
+        return f"<TokenBucket [{pace} | tokens: {self._tokens:.2f} | waiting: {self._waiting}]>"
 
     @property
     def rate(self) -> float:
@@ -58,30 +68,33 @@ class TokenBucket:
                 self._rate, self._burst = pace.requests_per_second, float(max(pace.burst, 1))
             self._tokens = min(self._tokens, self._burst)
 
-    def reserve(self, now: float) -> float:
-        """Take the next turn: the seconds to wait before sending (0: send now)."""
+    def take(self, now: float) -> float:
+        """Take a turn if one is free now (0.0); else the seconds until one may be."""
         with self._lock:
-            if math.isinf(self._rate) and self._stamp <= now:
-                return 0.0
             self._refill(now)
-            self._tokens -= 1
-            wait = max(self._stamp - now, 0.0)
-            if self._tokens < 0:
-                wait += -self._tokens / self._rate
+            wait = self._wait(now, self._tokens, 1.0)
+            if wait == 0 and not math.isinf(self._rate):
+                self._tokens -= 1
             return wait
 
-    def next_turn(self, now: float) -> float:
-        """The wait `reserve` would give now, without taking the turn."""
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Count the caller among those waiting for a turn while inside."""
         with self._lock:
-            if math.isinf(self._rate):
-                return max(self._stamp - now, 0.0)
+            self._waiting += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def next_turn(self, now: float) -> float:
+        """The wait of one more caller, behind those already waiting (0: a turn is free now)."""
+        with self._lock:
             tokens = self._tokens
-            if now > self._stamp:
+            if now > self._stamp and not math.isinf(self._rate):
                 tokens = min(self._burst, tokens + (now - self._stamp) * self._rate)
-            wait = max(self._stamp - now, 0.0)
-            if tokens < 1:
-                wait += (1 - tokens) / self._rate
-            return wait
+            return self._wait(now, tokens, 1.0 + self._waiting)
 
     def pause(self, seconds: float, now: float) -> None:
         """No turn for `seconds` (a site's Retry-After), then one at once, then the pace."""
@@ -91,6 +104,12 @@ class TokenBucket:
             if until > self._stamp:
                 self._stamp = until
                 self._tokens = min(self._tokens, 1.0)
+
+    def _wait(self, now: float, tokens: float, needed: float) -> float:
+        wait = max(self._stamp - now, 0.0)
+        if not math.isinf(self._rate) and tokens < needed - _ROUNDING:
+            wait += (needed - tokens) / self._rate
+        return wait
 
     def _refill(self, now: float) -> None:
         if now <= self._stamp:

@@ -1,6 +1,6 @@
 -- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest ("" for an empty
 -- pool), pool size, cooldown window, pool ttl (ms), the target's most leases ("" no
--- bound), the target's pace cap, then the pace parameters (seven, see pace_params).
+-- bound), the target's pace cap, then the pace parameters (nine, see pace_params).
 -- Returns {1, winner index, expires at, then pace_reply's four},
 -- {0, at capacity, in cooldown, free at|"", paused, target full},
 -- or {2} when the pool is not in Redis yet (upload it with pool.lua, then ask again).

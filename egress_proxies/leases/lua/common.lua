@@ -97,38 +97,56 @@ local function known_lease(id)
   return lease
 end
 
--- The pace (leases/pace.py, the same AIMD). Keys under the base:
---   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at" per target field
---   tpace:<target>  string "rate touched_at": where a proxy new to the target starts
+-- The pace (leases/pace.py, the same algorithm). Keys under the base:
+--   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at
+--                         changed_at before|-" per target field
+--   tpace:<target>  string "rate touched_at limit|- probe_at": where a proxy new to the
+--                          target starts
 --   tlease:<target> zset  active lease id -> expires at, per target
 --   pheld           hash  "<key>\n<f>" -> active leases on the pair
--- P is the store's pace parameters, seven ARGV from `from`: start, floor, increase,
--- decrease, settle, memory (seconds), ceiling. A pace untouched for `memory` reads
--- as absent.
+-- P is the store's pace parameters, nine ARGV from `from`: start, floor, increase,
+-- decrease, settle, memory (seconds), ceiling, cruise, probe after. A pace untouched
+-- for `memory` reads as absent. Values written before limits were kept have four
+-- (pair) or two (target) fields: no limit, slow start.
+local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
 local function pace_params(from)
   return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
     increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
     settle = tonumber(ARGV[from + 4]), memory = tonumber(ARGV[from + 5]),
-    ceiling = tonumber(ARGV[from + 6])}
+    ceiling = tonumber(ARGV[from + 6]), cruise = tonumber(ARGV[from + 7]),
+    probe_after = tonumber(ARGV[from + 8])}
+end
+
+local function words(v)
+  local out = {}
+  for w in string.gmatch(v, '%S+') do out[#out + 1] = w end
+  return out
 end
 
 local function learned_pace(key, target, now, P)
   local v = redis.call('HGET', B .. 'pace:' .. key, target_field(target))
   if v then
-    local r, l, h, t = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-    if tonumber(t) + P.memory > now then
-      return {rate = tonumber(r), lowered = tonumber(l), hold = tonumber(h)}
+    local w = words(v)
+    if tonumber(w[4]) + P.memory > now then
+      return {rate = tonumber(w[1]), lowered = tonumber(w[2]), hold = tonumber(w[3]),
+        limit = w[5] and tonumber(w[5]), probe = tonumber(w[6] or '0'),
+        changed = tonumber(w[7] or '0'), before = w[8] and tonumber(w[8])}
     end
   end
-  local rate = P.start
+  local state = {rate = P.start, lowered = nil, hold = 0, limit = nil, probe = 0,
+    changed = 0, before = nil}
   if target ~= '' then
     local t = redis.call('GET', B .. 'tpace:' .. target)
     if t then
-      local r, touched = string.match(t, '^(%S+) (%S+)$')
-      if tonumber(touched) + P.memory > now then rate = tonumber(r) end
+      local w = words(t)
+      if tonumber(w[2]) + P.memory > now then
+        state.rate = tonumber(w[1])
+        state.limit = w[3] and tonumber(w[3])
+        state.probe = tonumber(w[4] or '0')
+      end
     end
   end
-  return {rate = rate, lowered = nil, hold = 0}
+  return state
 end
 
 -- {learned rate, lowered at|"", holders of the pair, leases on the target}.
@@ -140,37 +158,91 @@ local function pace_reply(key, target, now, P)
   return {fmt(state.rate), state.lowered and fmt(state.lowered) or '', holders, leases}
 end
 
+local function or_dash(x)
+  if x then return fmt(x) end
+  return '-'
+end
+
+-- PaceState.change: move to `rate` from now.
+local function change(state, rate, now)
+  state.before, state.changed, state.rate = state.rate, now, rate
+end
+
+-- pace.py's `raised`: the new rate after `count` accepted requests, or nil (unchanged).
+local function raised_rate(state, count, now, P, cap)
+  if now < state.hold or state.rate >= cap then return nil end
+  local seconds = math.min(count / state.rate, MOST_SECONDS)
+  local doubled = state.rate * GROWTH ^ seconds
+  local rate
+  if state.limit == nil then
+    rate = doubled
+  elseif state.rate < P.cruise * state.limit then
+    rate = math.min(P.cruise * state.limit, doubled)
+  elseif now >= state.probe then
+    rate = state.rate * (1 + P.increase) ^ seconds
+  else
+    return nil
+  end
+  rate = math.min(cap, rate)
+  if rate == state.rate then return nil end
+  return rate
+end
+
+-- pace.py's `lowered` past the hold: the limit from the pace the site saw, then lower.
+local function lower(state, now, P, retry_after)
+  local seen = state.rate
+  if state.before ~= nil then
+    local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
+    seen = state.before + share * (state.rate - state.before)
+  end
+  if state.limit ~= nil and now < state.probe then seen = seen * CONVERGE end
+  state.limit = seen
+  change(state, math.max(P.floor, math.min(state.rate * P.decrease, P.cruise * seen)), now)
+  state.lowered = now
+  state.hold = now + math.max(P.settle, retry_after or 0)
+  state.probe = now + P.probe_after
+end
+
 -- Apply a report to the pair's pace: ok (count accepted requests) or a rate limit.
 local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after)
   local state = learned_pace(key, target, now, P)
   local changed = false
   if rate_limited then
     if now >= state.hold then
-      state.rate = math.max(P.floor, state.rate * P.decrease)
-      state.lowered = now
-      state.hold = now + math.max(P.settle, retry_after or 0)
+      lower(state, now, P, retry_after)
       changed = true
     end
-  elseif now >= state.hold and state.rate < cap then
-    state.rate = math.min(cap, state.rate + P.increase * count / state.rate)
-    changed = true
+  else
+    local rate = raised_rate(state, count, now, P, cap)
+    if rate then
+      change(state, rate, now)
+      changed = true
+    end
   end
   local hash = B .. 'pace:' .. key
   redis.call('HSET', hash, target_field(target), fmt(state.rate) .. ' ' ..
-    (state.lowered and fmt(state.lowered) or '-') .. ' ' .. fmt(state.hold) .. ' ' .. fmt(now))
+    or_dash(state.lowered) .. ' ' .. fmt(state.hold) .. ' ' .. fmt(now) .. ' ' ..
+    or_dash(state.limit) .. ' ' .. fmt(state.probe) .. ' ' .. fmt(state.changed) .. ' ' ..
+    or_dash(state.before))
   redis.call('PEXPIRE', hash, math.ceil(P.memory * 1000))
   if changed and target ~= '' then
     local tkey = B .. 'tpace:' .. target
-    local rate = state.rate
+    local rate, limit, probe = state.rate, nil, 0
+    if rate_limited then limit, probe = state.limit, state.probe end
     local t = redis.call('GET', tkey)
     if t then
-      local r, touched = string.match(t, '^(%S+) (%S+)$')
-      local known = tonumber(r)
-      if tonumber(touched) + P.memory > now and
-          not (rate_limited and rate < known or not rate_limited and rate > known) then
-        rate = known
+      local w = words(t)
+      local known = tonumber(w[1])
+      if tonumber(w[2]) + P.memory > now then
+        if not (rate_limited and rate < known or not rate_limited and rate > known) then
+          rate = known
+        end
+        if not rate_limited then
+          limit, probe = w[3] and tonumber(w[3]), tonumber(w[4] or '0')
+        end
       end
     end
-    redis.call('SET', tkey, fmt(rate) .. ' ' .. fmt(now), 'PX', math.ceil(P.memory * 1000))
+    redis.call('SET', tkey, fmt(rate) .. ' ' .. fmt(now) .. ' ' .. or_dash(limit) .. ' ' ..
+      fmt(probe), 'PX', math.ceil(P.memory * 1000))
   end
 end

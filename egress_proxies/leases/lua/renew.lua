@@ -1,4 +1,4 @@
--- Renew: ARGV = now, lease id, ttl, cooldown window, then the pace parameters (seven).
+-- Renew: ARGV = now, lease id, ttl, cooldown window, then the pace parameters (nine).
 -- Returns {proxy key, target, expires at, pool digest, pool size, then pace_reply's four}
 -- or nil once it has ended.
 local now, id, ttl, window = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])

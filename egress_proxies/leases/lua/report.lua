@@ -1,7 +1,7 @@
 -- Report: ARGV = now, lease id, result (ok|rate_limited|banned), target ("" none),
 -- retry after ("" none), cooldown window, backoff cap, rate window, max strikes,
 -- max rate strikes, storm share, storm window, storm pause, ok count, the report
--- target's pace cap ("": the lease's), then the pace parameters (seven).
+-- target's pace cap ("": the lease's), then the pace parameters (nine).
 -- Returns nil for an unknown lease, else {proxy key, lease target, resolved target,
 -- ttl, expires at, pool digest, pool size, paused until|"", then pace_reply's four}.
 local now, id, result, target = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]

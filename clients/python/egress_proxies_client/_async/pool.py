@@ -62,10 +62,11 @@ class AsyncLease(LeaseView):
         self._regranted(await self._pool.renew(self._grant.lease_id, ttl))
 
     async def wait_turn(self) -> None:
-        """Wait until this lease may send its next request at its pace."""
-        delay = self._bucket.reserve(self._clock())
-        if delay > 0:
-            await self._pool._sleep(delay)
+        """Wait until this lease may send its next request at its pace (the pace as it is
+        when the turn comes: a pace lowered meanwhile applies at once)."""
+        with self._bucket.waiting():
+            while (delay := self._bucket.take(self._clock())) > 0:
+                await self._pool._sleep(delay)
 
     async def observe(
         self, status: int, headers: Mapping[str, str], body: str | bytes = b""
