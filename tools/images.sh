@@ -103,10 +103,40 @@ ensure_builders() {
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 }
 
+# Every recipe names the versions apt would install, which apt knows only from
+# its package lists. A machine may lose them (seen here: the host's lists gone
+# after image builds): fetch them again rather than fail, when root may; then
+# read every version once, before any build runs.
+declare -A VERSIONS=()
+ensure_package_lists() {
+    local pkg version
+    for pkg in ${SQUID_PACKAGES//,/ } redis-server $IMAGE_PACKAGES; do
+        version=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
+        [[ -n $version && $version != "(none)" ]] || break
+    done
+    [[ -z $version || $version == "(none)" ]] || return 0
+    ((EUID == 0)) || die "apt has no version of $pkg (no package lists?): run apt-get update"
+    log "apt has no version of $pkg (no package lists): apt-get update..."
+    LOG_FILE=$LOG_DIR/images-apt.log
+    : >"$LOG_FILE"
+    run apt-get update
+}
+
+pin_versions() {
+    local pkg
+    for pkg in ${SQUID_PACKAGES//,/ } redis-server $IMAGE_PACKAGES; do
+        VERSIONS[$pkg]=$(candidate "$pkg")
+    done
+}
+
 # The version apt would install of a Debian package. Without apt's package
 # lists there is none, and a recipe hashed without versions would be wrong.
 candidate() {
     local version
+    if [[ -n ${VERSIONS[$1]:-} ]]; then
+        printf '%s\n' "${VERSIONS[$1]}"
+        return
+    fi
     version=$(apt-cache policy "$1" | awk '/Candidate:/ {print $2}')
     [[ -n $version && $version != "(none)" ]] ||
         die "apt has no version of $1 (no package lists?): run apt-get update"
@@ -317,6 +347,8 @@ main() {
     fi
     rm -rf "$IMAGE_DIR"/.build-*
     ensure_builders
+    ensure_package_lists
+    pin_versions
     for arg in "${wanted[@]}"; do
         ensure_image "$arg"
     done
