@@ -128,7 +128,10 @@ async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
 async def test_scrapy_crawls_every_page_once_around_rate_limits_and_a_ban(
     kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    async with serve_origin() as health_origin, serve_site() as site:
+    # The pace keeps a crawl under a limit once it has found it, so the site is
+    # strict: 4 pages/s per address, and an address is banned at its first 429
+    # (the slow start's overshoot finds it).
+    async with serve_origin() as health_origin, serve_site(rate=4, ban_after=1) as site:
         log, items, stats, proxies = await crawl(
             kube, namespace, operator, tmp_path, PROXIES, site, health_origin
         )
