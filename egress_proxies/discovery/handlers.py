@@ -171,6 +171,7 @@ class Handlers:
             report.retry_after_seconds,
             self._catalog.current().record,
             report.count,
+            report.accepted_last_second,
         )
         if outcome is None:
             raise DiscoveryApiError(404, "unknown_lease", "no such lease, or it ended too long ago")

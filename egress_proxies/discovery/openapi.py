@@ -190,7 +190,9 @@ def _paths() -> JsonObject:
                 "rate limits for the site's retryAfterSeconds or a short growing window, bans "
                 "for a window that doubles on repeats. Bans from most of a pool pause the "
                 "target. ok reports (with a count of requests) raise the pair's pace, "
-                "rate_limited lowers it; the answer carries the holder's pace after the report. "
+                "rate_limited lowers it, to below what the site accepted in the second "
+                "before (acceptedLastSecond) if the client counted it; the answer carries the "
+                "holder's pace after the report. "
                 "Accepted while the lease is active and for one cooldown window after it ends.",
                 "parameters": [_LEASE_ID_PARAMETER],
                 "requestBody": _body("ReportRequest"),

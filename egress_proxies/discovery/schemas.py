@@ -120,6 +120,20 @@ class ReportRequest(_Request):
         ),
         BeforeValidator(_json_number),
     ] = 1
+    accepted_last_second: Annotated[
+        int | None,
+        Field(
+            default=None,
+            ge=0,
+            le=MAX_REPORT_COUNT,
+            strict=False,
+            description="On a rate_limited report: how many of this lease's requests the site "
+            "accepted in the second before it refused this one (the client's own count). The "
+            "pair's limit is set there, instead of estimated from the paces handed out; 0 or "
+            "absent (an older client): estimated. Ignored on other results.",
+        ),
+        BeforeValidator(lambda value: value if value is None else _json_number(value)),
+    ]
 
 
 class RenewRequest(_Request):

@@ -228,13 +228,15 @@ class MemoryLeaseStore:
         retry_after: float | None = None,
         records: RecordLookup | None = None,
         count: int = 1,
+        accepted: int | None = None,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown.
 
         A lease is known while active and for one cooldown window after it ends.
         The cooldown's target is the report's, else the lease's, else global.
         `retry_after` (the site's Retry-After on a rate limit) sets that cooldown;
-        `count` is how many requests an `ok` report counts (it raises the pace).
+        `count` is how many requests an `ok` report counts (it raises the pace);
+        `accepted` is what the site accepted in the second before a rate limit.
         """
         with self._lock:
             now = self._clock.time()
@@ -253,6 +255,7 @@ class MemoryLeaseStore:
                     ok=count,
                     rate_limited=result is ReportResult.RATE_LIMITED,
                     retry_after=retry_after,
+                    accepted=accepted,
                 )
             paused_until = None
             if result is ReportResult.BANNED and resolved is not None:

@@ -6,11 +6,14 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
 - Slow start: a pair that never hit a limit doubles its pace per second of
   traffic the site accepted (`count / rate` seconds), so it finds a site's limit
   in a few seconds wherever it is.
-- A remembered limit: a rate limit remembers the pace the site saw over the last
-  second (the pace before the last change, then the current one, weighted by
-  time: a limit hit right after a doubling came at little more than the pace
-  before it) as the pair's limit, and lowers the pace by `decrease`, at least to
-  `cruise` x the limit. Rate limits within `settle` seconds of a decrease (or
+- A remembered limit: a rate limit remembers the pace the site allowed as the
+  pair's limit, and lowers the pace by `decrease`, at least to `cruise` x the
+  limit. The holder counts what the site allowed: the requests it accepted in
+  the second before it refused one (a report's `accepted`). A report without
+  that count (an older client) leaves the server to estimate it: the pace the
+  site saw over the last second (the pace before the last change, then the
+  current one, weighted by time: a limit hit right after a doubling came at
+  little more than the pace before it). Rate limits within `settle` seconds of a decrease (or
   within the site's Retry-After, if longer) are echoes of the same overload,
   from requests already in flight: they lower it no further, and nothing raises
   it until that hold is over. Then the pace doubles per second of traffic back
@@ -19,8 +22,11 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   the limit again by `increase` (a share of itself) per second of traffic, until
   a rate limit sets a new limit; so a site that raised its limit is found again.
   A rate limit while cruising (before the probe) says the limit is lower than
-  remembered: the new limit is set below the pace seen (`CONVERGE` of it), so a
-  site that halved its limit is found in a few decreases.
+  remembered: an estimated limit is then set below the pace seen (`CONVERGE` of
+  it), so a site that halved its limit is found in a few decreases.
+- The fleet learns once: a pair still in slow start when another proxy has found
+  the target's limit takes that limit (and cruises below it) at its next report,
+  instead of overshooting it on its own.
 
 The learned pace stays within [floor, ceiling], and below a target's per-proxy
 bound. The target's own pace is where a proxy new to the target starts (with the
@@ -198,18 +204,38 @@ def raised(state: PaceState, count: int, now: float, limits: PaceLimits, cap: fl
     return True
 
 
-def lowered(state: PaceState, now: float, retry_after: float | None, limits: PaceLimits) -> bool:
-    """Apply one rate limit; True when the pace changed (False within a hold)."""
+def lowered(
+    state: PaceState,
+    now: float,
+    retry_after: float | None,
+    limits: PaceLimits,
+    accepted: int | None = None,
+) -> bool:
+    """Apply one rate limit (`accepted`: what the site accepted from the holder in the
+    second before, if it counted); True when the pace changed (False within a hold)."""
     if now < state.hold_until:
         return False
-    cruising = state.limit is not None and now < state.probe_at
-    state.limit = state.seen(now) * (CONVERGE if cruising else 1.0)
+    if accepted is not None and accepted >= 1:
+        state.limit = float(accepted)
+    else:
+        cruising = state.limit is not None and now < state.probe_at
+        state.limit = state.seen(now) * (CONVERGE if cruising else 1.0)
     lower = min(state.rate * limits.decrease, limits.cruise * state.limit)
     state.change(max(limits.floor, lower), now)
     state.lowered_at = now
     state.hold_until = now + max(limits.settle, retry_after or 0.0)
     state.probe_at = now + limits.probe_after
     return True
+
+
+def adopted(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> None:
+    """A pair in slow start takes the limit the fleet found for its target (if any),
+    and drops to cruise below it if it is above."""
+    if state.limit is not None or fleet.limit is None:
+        return
+    state.limit, state.probe_at = fleet.limit, fleet.probe_at
+    if state.rate > (cruise := max(limits.floor, limits.cruise * fleet.limit)):
+        state.change(cruise, now)
 
 
 def handed_out(
@@ -275,12 +301,16 @@ class Paces:
         ok: int = 0,
         rate_limited: bool = False,
         retry_after: float | None = None,
+        accepted: int | None = None,
     ) -> PaceState:
         """Apply a report about the pair; return its pace after it."""
         state = self.learned(key, target)
         bounds = self.limits.bounds_for(target)
+        fleet = self._targets.get(target) if target is not None else None
+        if fleet is not None:
+            adopted(state, fleet.state, now, self.limits)
         if rate_limited:
-            changed = lowered(state, now, retry_after, self.limits)
+            changed = lowered(state, now, retry_after, self.limits, accepted)
         else:
             changed = raised(state, ok, now, self.limits, self.limits.cap_for(bounds))
         self._touch(self._pairs, (key, target), state, now)

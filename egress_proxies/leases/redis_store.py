@@ -249,6 +249,7 @@ class RedisLeaseStore:
         retry_after: float | None,
         records: RecordLookup,
         count: int = 1,
+        accepted: int | None = None,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown (or ended too long ago)."""
         pace = self._limits.pace
@@ -262,6 +263,7 @@ class RedisLeaseStore:
             "" if retry_after is None else repr(retry_after),
             *self._report_limits,
             str(count),
+            "" if accepted is None else str(accepted),
             cap,
             *self._pace_args,
         )

@@ -87,12 +87,15 @@ class LeaseStore(Protocol):
         retry_after: float | None,
         records: RecordLookup,
         count: int = 1,
+        accepted: int | None = None,
     ) -> ReportOutcome | None:
         """Record what the holder saw; None when the lease is unknown (or ended too long ago).
 
         The cooldown's target is the report's, else the lease's, else global.
         `retry_after` (the site's Retry-After on a rate limit) sets that cooldown and
         holds the lowered pace; an `ok` report counts `count` requests, raising it.
+        `accepted` (on a rate limit): the requests the site accepted from the holder
+        in the second before, which sets the pair's limit (None: estimated).
         The outcome carries the holder's pace after the report.
         """
         ...

@@ -187,6 +187,23 @@ def test_a_rate_limit_is_reported_at_once_and_pauses_the_lease() -> None:
             lease.observe(403, OK_HEADERS)
 
 
+def test_a_rate_limit_reports_what_the_site_accepted_in_the_second_before() -> None:
+    with (
+        serve_in_thread(record("a"), pace=PaceLimits(start=8.0, cruise=0.95)) as served,
+        sync_pool(served, report_interval=3600) as pool,
+    ):
+        lease = pool.acquire(target=SITE)
+        for _ in range(3):
+            lease.observe(200, OK_HEADERS)
+        served.clock.advance(0.5)
+        for _ in range(2):
+            lease.observe(200, OK_HEADERS)
+        served.clock.advance(0.6)
+        assert lease.observe(429, {"Retry-After": "1"}) is not None
+        assert lease.pace is not None
+        assert lease.pace.requests_per_second == 1.9, "0.95 of the 2 accepted within the second"
+
+
 async def test_the_async_lease_batches_and_picks_up_the_pace() -> None:
     async with (
         serve_async(record("a"), pace=PaceLimits(start=1.0)) as served,

@@ -49,6 +49,26 @@ async def test_an_old_clients_one_result_report_still_works() -> None:
         assert await api.report(lease["leaseId"], "banned") == 200
 
 
+async def test_a_rate_limit_report_says_what_the_site_accepted() -> None:
+    async with serve_api(record("a"), pace=PaceLimits(start=8.0, cruise=0.95)) as api:
+        lease = await api.lease(target=SITE)
+        status, body = await report(
+            api, lease["leaseId"], result="rate_limited", acceptedLastSecond=3
+        )
+        assert (status, body["pace"]["requestsPerSecond"]) == (200, 2.85)
+
+
+@pytest.mark.parametrize("accepted", [-1, "3", 1.5, True, 1_000_001])
+async def test_a_bad_accepted_count_is_a_400(accepted: Any) -> None:
+    async with serve_api(record("a")) as api:
+        lease = await api.lease(target=SITE)
+        status, body = await report(
+            api, lease["leaseId"], result="rate_limited", acceptedLastSecond=accepted
+        )
+        assert (status, body["error"]) == (400, "invalid_request")
+        assert "acceptedLastSecond" in body["detail"]
+
+
 @pytest.mark.parametrize("count", [0, -1, "4", 1.5, True, 1_000_001])
 async def test_a_bad_count_is_a_400(count: Any) -> None:
     async with serve_api(record("a")) as api:

@@ -62,8 +62,15 @@ async def ok(store: LeaseStore, lease: Lease, count: int) -> Pace:
     return await _report(store, lease.lease_id, ReportResult.OK, count=count)
 
 
-async def rate_limited(store: LeaseStore, lease: Lease, retry_after: float | None = None) -> Pace:
-    return await _report(store, lease.lease_id, ReportResult.RATE_LIMITED, retry_after)
+async def rate_limited(
+    store: LeaseStore,
+    lease: Lease,
+    retry_after: float | None = None,
+    accepted: int | None = None,
+) -> Pace:
+    return await _report(
+        store, lease.lease_id, ReportResult.RATE_LIMITED, retry_after, accepted=accepted
+    )
 
 
 async def _report(
@@ -72,8 +79,9 @@ async def _report(
     result: ReportResult,
     retry_after: float | None = None,
     count: int = 1,
+    accepted: int | None = None,
 ) -> Pace:
-    outcome = await store.report(lease_id, result, None, retry_after, RECORDS.get, count)
+    outcome = await store.report(lease_id, result, None, retry_after, RECORDS.get, count, accepted)
     assert outcome is not None and outcome.pace is not None
     return outcome.pace
 
@@ -152,6 +160,54 @@ async def test_a_limit_hit_while_cruising_is_set_below_where_it_hit(
     assert rate(await rate_limited(store, lease)) == 1.8, "the site lowered its limit"
     clock.advance(1.0)
     assert rate(await ok(store, lease, 100)) == 2.916, "0.9 of 0.9 of 3.6"
+
+
+async def test_a_limit_the_holder_counted_is_the_limit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 3)) == 8.0
+    clock.advance(0.5)
+    lowered = await rate_limited(store, lease, accepted=5)
+    assert rate(lowered) == 4.75, "0.95 of the 5/s the site accepted, not of an estimate"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "cruising there"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=3)) == 2.85, "a lowered limit, as counted"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 2.85
+
+
+async def test_a_limit_counted_as_nothing_is_estimated(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, cruise=0.9)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease, accepted=0)) == 2.0
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 3.6, "0.9 of the 4/s the site saw"
+
+
+async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    candidates = pool(record("a"), record("b"), record("c"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    second = granted(await store.acquire(candidates, SITE, 60))
+    third = granted(await store.acquire(candidates, SITE, 60))
+    assert rate(await ok(store, first, 1)) == 2.0
+    assert rate(await ok(store, second, 1)) == 2.828427, "from where the fleet got"
+    assert rate(await ok(store, third, 6)) > 10.0
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, first, accepted=5)) == 1.4
+    assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
+    assert rate(await ok(store, third, 1)) == 4.75, "above it: down to the cruise at once"
+    clock.advance(10.0)
+    assert rate(await ok(store, second, 100)) == 4.75, "and cruises until the probe"
+    clock.advance(25.0)
+    assert rate(await ok(store, second, 5)) > 4.75, "then probes"
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(

@@ -20,7 +20,7 @@ from egress_proxies_client.errors import (
     ProxyRateLimitedError,
     TargetPausedError,
 )
-from egress_proxies_client.pacing import OkBatch, Pace, TokenBucket
+from egress_proxies_client.pacing import OkBatch, Pace, RecentAccepts, TokenBucket
 from egress_proxies_client.policy import BanPolicy, Classification, Verdict
 from egress_proxies_client.wire import Grant
 
@@ -41,7 +41,8 @@ ASYNC_SLEEP: AsyncSleep = asyncio.sleep
 
 class LeaseView:
     """What both lease faces show: the proxy to use, never the credentials in a repr;
-    and what both keep: the token bucket of the lease's pace, the batch of ok counts."""
+    and what both keep: the token bucket of the lease's pace, the batch of ok counts,
+    when the site accepted the latest requests."""
 
     def __init__(
         self, grant: Grant, policy: BanPolicy, clock: Callable[[], float], batch: OkBatch
@@ -51,6 +52,7 @@ class LeaseView:
         self._clock = clock
         self._bucket = TokenBucket(grant.pace, clock())
         self._batch = batch
+        self._recent = RecentAccepts()
         self.ended = False
 
     @property

@@ -1,4 +1,5 @@
-"""The pace a lease is handed, the token bucket that keeps to it, and the batch of ok counts.
+"""The pace a lease is handed, the token bucket that keeps to it, the batch of ok counts, and
+the count of what the site accepted over the last second.
 
 Pure bookkeeping over a clock the caller passes in: no sleeping, no I/O, so the
 sync and async faces share it and tests drive it in virtual time.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -156,3 +158,34 @@ class OkBatch:
         """A report that failed: its count goes with the next one."""
         with self._lock:
             self._count += count
+
+
+# Sites count their limits over a second: what one accepted over the last second, counted
+# when it refuses a request, is the limit it keeps to.
+SITE_WINDOW = 1.0
+# More accepts than this within one second are counted as this many (memory stays bounded).
+_MOST_RECENT = 10_000
+
+
+class RecentAccepts:
+    """When the site accepted the lease's latest requests: `last_second` counts those
+    within the second before now, the limit a site counting over a second keeps to."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: deque[float] = deque(maxlen=_MOST_RECENT)
+
+    def __repr__(self) -> str:
+        return f"<RecentAccepts [{len(self._times)} kept]>"
+
+    def add(self, now: float, count: int = 1) -> None:
+        """`count` requests accepted now."""
+        with self._lock:
+            self._times.extend([now] * min(count, _MOST_RECENT))
+
+    def last_second(self, now: float) -> int:
+        """How many were accepted within the second before `now`."""
+        with self._lock:
+            while self._times and self._times[0] <= now - SITE_WINDOW:
+                self._times.popleft()
+            return len(self._times)

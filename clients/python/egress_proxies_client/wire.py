@@ -71,8 +71,10 @@ def report_body(
     target: str | None,
     retry_after: float | None,
     count: int = 1,
+    accepted_last_second: int | None = None,
 ) -> dict[str, Any]:
-    """POST /v1/leases/{id}/report (`count`: accepted requests an ok report counts)."""
+    """POST /v1/leases/{id}/report (`count`: accepted requests an ok report counts;
+    `accepted_last_second`: what the site accepted in the second before a rate limit)."""
     body: dict[str, Any] = {"result": result}
     if count != 1 and result == "ok":
         body["count"] = count
@@ -82,6 +84,8 @@ def report_body(
         body["target"] = target
     if retry_after is not None and result == "rate_limited":
         body["retryAfterSeconds"] = min(max(retry_after, 0.0), 86400.0)
+    if accepted_last_second is not None and result == "rate_limited":
+        body["acceptedLastSecond"] = min(max(accepted_last_second, 0), 1_000_000)
     return body
 
 

@@ -188,14 +188,19 @@ local function raised_rate(state, count, now, P, cap)
   return rate
 end
 
--- pace.py's `lowered` past the hold: the limit from the pace the site saw, then lower.
-local function lower(state, now, P, retry_after)
+-- pace.py's `lowered` past the hold: the limit the holder counted (else the pace the
+-- site saw), then lower.
+local function lower(state, now, P, retry_after, accepted)
   local seen = state.rate
-  if state.before ~= nil then
-    local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
-    seen = state.before + share * (state.rate - state.before)
+  if accepted and accepted >= 1 then
+    seen = accepted
+  else
+    if state.before ~= nil then
+      local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
+      seen = state.before + share * (state.rate - state.before)
+    end
+    if state.limit ~= nil and now < state.probe then seen = seen * CONVERGE end
   end
-  if state.limit ~= nil and now < state.probe then seen = seen * CONVERGE end
   state.limit = seen
   change(state, math.max(P.floor, math.min(state.rate * P.decrease, P.cruise * seen)), now)
   state.lowered = now
@@ -203,13 +208,29 @@ local function lower(state, now, P, retry_after)
   state.probe = now + P.probe_after
 end
 
+-- pace.py's `adopted`: a pair in slow start takes the limit the fleet found for its
+-- target, and drops to cruise below it if it is above.
+local function adopt(state, target, now, P)
+  if state.limit ~= nil or target == '' then return end
+  local t = redis.call('GET', B .. 'tpace:' .. target)
+  if not t then return end
+  local w = words(t)
+  local limit = w[3] and tonumber(w[3])  -- '-': none found yet
+  if limit == nil or tonumber(w[2]) + P.memory <= now then return end
+  state.limit, state.probe = limit, tonumber(w[4] or '0')
+  local cruise = math.max(P.floor, P.cruise * state.limit)
+  if state.rate > cruise then change(state, cruise, now) end
+end
+
 -- Apply a report to the pair's pace: ok (count accepted requests) or a rate limit.
-local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after)
+local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after,
+    accepted)
   local state = learned_pace(key, target, now, P)
+  adopt(state, target, now, P)
   local changed = false
   if rate_limited then
     if now >= state.hold then
-      lower(state, now, P, retry_after)
+      lower(state, now, P, retry_after, accepted)
       changed = true
     end
   else

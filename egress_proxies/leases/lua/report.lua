@@ -1,6 +1,7 @@
 -- Report: ARGV = now, lease id, result (ok|rate_limited|banned), target ("" none),
 -- retry after ("" none), cooldown window, backoff cap, rate window, max strikes,
--- max rate strikes, storm share, storm window, storm pause, ok count, the report
+-- max rate strikes, storm share, storm window, storm pause, ok count, the requests
+-- the site accepted in the second before a rate limit ("": not counted), the report
 -- target's pace cap ("": the lease's), then the pace parameters (nine).
 -- Returns nil for an unknown lease, else {proxy key, lease target, resolved target,
 -- ttl, expires at, pool digest, pool size, paused until|"", then pace_reply's four}.
@@ -9,7 +10,8 @@ local retry_after = tonumber(ARGV[5])
 local window, cap, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local max_strikes, max_rate = tonumber(ARGV[9]), tonumber(ARGV[10])
 local storm_share, storm_window, storm_pause = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
-local count, pace_cap, P = tonumber(ARGV[14]), tonumber(ARGV[15]), pace_params(16)
+local count, accepted = tonumber(ARGV[14]), tonumber(ARGV[15])
+local pace_cap, P = tonumber(ARGV[16]), pace_params(17)
 end_due(now, window)
 local lease = known_lease(id)
 if lease == nil then return nil end
@@ -63,7 +65,8 @@ record()
 if result ~= 'banned' then
   -- A lease granted before paces were kept has no cap of its own: the ceiling applies.
   local cap_ = pace_cap or tonumber(lease.c) or P.ceiling
-  record_pace(key, resolved, now, P, cap_, result == 'rate_limited', count, retry_after)
+  record_pace(key, resolved, now, P, cap_, result == 'rate_limited', count, retry_after,
+    accepted)
 end
 
 local paused = ''

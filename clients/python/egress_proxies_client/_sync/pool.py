@@ -82,6 +82,7 @@ class Lease(LeaseView):
 
     def accepted(self, count: int = 1) -> None:
         """Count requests the site accepted; they are reported in the next batch."""
+        self._recent.add(self._clock(), count)
         self._pool._paced.add(self)
         if self._batch.add(count):
             self._pool._reporter.wake()
@@ -89,10 +90,26 @@ class Lease(LeaseView):
             self._pool._reporter.touch()
 
     def rate_limited(self, reason: str, retry_after: float | None = None) -> None:
-        """The site rate-limited a request: wait out its Retry-After, report it at once."""
+        """The site rate-limited a request: wait out its Retry-After, report it at once with
+        what the site accepted in the second before (the limit it keeps to)."""
+        now = self._clock()
         if retry_after:
-            self._bucket.pause(retry_after, self._clock())
-        self.report(Verdict.RATE_LIMITED, reason, retry_after=retry_after)
+            self._bucket.pause(retry_after, now)
+        accepted = self._recent.last_second(now)
+        pace = self._pool.report(
+            self._grant.lease_id,
+            Verdict.RATE_LIMITED,
+            reason,
+            retry_after=retry_after,
+            accepted_last_second=accepted,
+        )
+        self._repaced(pace)
+        logger.info(
+            "reported rate_limited (%s, %d accepted in the second before) on %s",
+            reason,
+            accepted,
+            self.proxy_key,
+        )
 
     def _flush(self, *, force: bool = False) -> None:
         """Report the ok count if due (`force`: whatever is pending)."""
@@ -254,9 +271,16 @@ class Pool:
         retry_after: float | None = None,
         *,
         count: int = 1,
+        accepted_last_second: int | None = None,
     ) -> Pace | None:
-        """Report on a lease by id; the lease's pace after it (None from an unpacing server)."""
-        body = report_body(Verdict(result).value, reason, target, retry_after, count)
+        """Report on a lease by id; the lease's pace after it (None from an unpacing server).
+
+        `count`: the requests an ok report counts; `accepted_last_second`: on a rate
+        limit, the requests the site accepted in the second before it refused one.
+        """
+        body = report_body(
+            Verdict(result).value, reason, target, retry_after, count, accepted_last_second
+        )
         path = f"/v1/leases/{lease_id}/report"
         return pace_of(self._send("POST", path, body, lease=True))
 
