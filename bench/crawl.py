@@ -7,14 +7,17 @@ leaves from its own address), the operator and N managed proxies, and a site
 that allows R pages/s per source address (429 with `Retry-After: 1` above it, a
 ban after 20 429s within 10 s). Each crawler crawls a fresh copy of it, on the
 same host: the fleet keeps the pace it learned there in the crawls before. The
-two Scrapy processes of (c) spread over half the (exclusive) proxies each
-(EGRESS_PROXIES_LEASES_PER_DOMAIN = N / 2). `--halve-after` seconds into each
+two Scrapy processes of (c) may each spread over the whole (exclusive) fleet
+(EGRESS_PROXIES_LEASES_PER_DOMAIN = N): they share it as the server tells them
+that the other waits. `--halve-after` seconds into each
 crawl the site halves R for `--halve-for` seconds, then
 restores it. Printed per crawler: efficiency = pages/s / (R x N) before the
 halving, the share of answers that were 429, bans, the seconds until 429s
 stopped after the halving, the seconds until efficiency was back above 0.8
 after the restore (10 s windows), and the most pages one address got within
-one second. Several minutes; figures in bench/README.md. `--smoke`: 2 proxies,
+one second; and per Scrapy process, its finish reason, the pages it fetched, the
+leases it took and those it gave back to the other crawler. Several minutes;
+figures in bench/README.md. `--smoke`: 2 proxies,
 a 30-page site, 3 s at R / 2: under two minutes, for the test suite.
 """
 
@@ -203,6 +206,22 @@ def report(name: str, site: Site, marks: list[float], args: argparse.Namespace) 
     )
 
 
+def print_scrapy_outcome(name: str, out: Path) -> None:
+    """One Scrapy process's finish reason, pages, leases taken and given back."""
+    stats_file = out / "stats.json"
+    if not stats_file.exists():
+        print(f"scrapy {name}: no stats (see {out / 'scrapy.log'})")
+        return
+    stats = json.loads(stats_file.read_text())
+    items = out / "items.jsonl"
+    pages = sum(1 for line in items.open() if '"page"' in line) if items.exists() else 0
+    print(
+        f"scrapy {name}: finish reason {stats.get('finish_reason')}; {pages} pages; "
+        f"{stats.get('egress_proxies/leases', 0)} leases taken, "
+        f"{stats.get('egress_proxies/leases_yielded', 0)} given back to a waiting crawler"
+    )
+
+
 async def crawl_once(
     name: str,
     run: Callable[[Site], Awaitable[object]],
@@ -252,21 +271,17 @@ async def measure(
                 )
                 progress("(b) SDK crawler")
                 await crawl_once("sdk", lambda site: sdk_crawl(site, api, args.proxies), args)
-                progress("(c) two Scrapy processes at once, half the fleet each")
-                share = max(args.proxies // 2, 1)
+                progress("(c) two Scrapy processes at once, each allowed the whole fleet")
                 await crawl_once(
                     "two scrapy",
                     lambda site: asyncio.gather(
-                        scrapy_crawl(site, api, root / "c1", share),
-                        scrapy_crawl(site, api, root / "c2", share),
+                        scrapy_crawl(site, api, root / "c1", args.proxies),
+                        scrapy_crawl(site, api, root / "c2", args.proxies),
                     ),
                     args,
                 )
                 for out in ("a", "c1", "c2"):
-                    stats = root / out / "stats.json"
-                    if stats.exists():
-                        reason = json.loads(stats.read_text()).get("finish_reason")
-                        print(f"scrapy {out}: finish reason {reason}")
+                    print_scrapy_outcome(out, root / out)
                 processes.note()
             await delete_namespace(kube, namespace)
 

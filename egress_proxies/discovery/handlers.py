@@ -126,7 +126,7 @@ class Handlers:
             self._count(REJECTED)
             raise
         pool = self._catalog.current().select(wanted.selector).pool
-        outcome = await self._store.acquire(pool, wanted.target, wanted.ttl_seconds)
+        outcome = await self._store.acquire(pool, wanted.target, wanted.ttl_seconds, wanted.held)
         if isinstance(outcome, NoMatch):
             self._count(NO_MATCH)
             if self._demand is not None and outcome.at_capacity and pool.pools:

@@ -61,6 +61,7 @@ def pace_body(pace: Pace) -> PaceBody:
         requests_per_second=round(pace.rate, 3),
         burst=pace.burst,
         last_lowered_at=None if lowered_at is None else datetime.fromtimestamp(lowered_at, UTC),
+        waiting_held=pace.waiting_held,
     )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from egress_proxies.leases import ReportResult
+from egress_proxies.leases.waiting import WAITING_WINDOW
 
 MAX_SELECTOR_ATTRIBUTES = 64
 
@@ -64,6 +65,9 @@ class _Response(BaseModel):
     )
 
 
+MAX_REPORT_COUNT = 1_000_000
+
+
 class LeaseRequest(_Request):
     """POST /v1/leases."""
 
@@ -76,10 +80,22 @@ class LeaseRequest(_Request):
         BeforeValidator(_json_number),
     ]
     target: Target | None = None
+    held: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=MAX_REPORT_COUNT,
+            strict=False,
+            description="How many leases the requester already holds for this target (the "
+            "client's spreads send it). When it is refused, the target's holders are told that "
+            "a crawler holding this many waits (pace.waitingHeld), and those holding more than "
+            "one more give one back. Default 0.",
+        ),
+        BeforeValidator(_json_number),
+    ] = 0
 
 
 REASON_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,39}$"
-MAX_REPORT_COUNT = 1_000_000
 
 
 class ReportRequest(_Request):
@@ -183,6 +199,12 @@ class PaceBody(_Response):
     last_lowered_at: datetime | None = Field(
         description="When a rate limit last lowered this proxy's pace for the target; null if "
         "never."
+    )
+    waiting_held: int | None = Field(
+        description=f"A crawler was refused a lease for this target within the last "
+        f"{WAITING_WINDOW:g} s while "
+        "holding this many for it; null: nobody waits. A holder of more than one lease more "
+        "than that should give one back, so crawlers sharing the fleet get equal shares."
     )
 
 

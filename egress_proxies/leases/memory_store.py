@@ -36,6 +36,7 @@ from egress_proxies.leases.lease import (
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, Paces, handed_out
 from egress_proxies.leases.store import InvalidTtlError, LeaseCounts, RecordLookup
+from egress_proxies.leases.waiting import Waiting, contended_retry
 
 
 class MemoryLeaseStore:
@@ -58,6 +59,7 @@ class MemoryLeaseStore:
         self._storms = BanStorms(limits.storm_share, limits.storm_window, limits.storm_pause)
         self._pace_limits = limits.pace
         self._paces = Paces(limits.pace)
+        self._waiting = Waiting()
         self._target_leases: dict[str, dict[LeaseId, Lease]] = {}
         self._active: dict[LeaseId, Lease] = {}
         self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
@@ -70,9 +72,10 @@ class MemoryLeaseStore:
         return self._max_ttl
 
     async def acquire(
-        self, pool: CandidatePool, target: str | None, ttl_seconds: int
+        self, pool: CandidatePool, target: str | None, ttl_seconds: int, held: int = 0
     ) -> Lease | NoMatch:
-        """Lease the best free proxy of the pool for `target`, or say why none is free."""
+        """Lease the best free proxy of the pool for `target`, or say why none is free
+        (`held`: the requester's leases for the target; a refusal says it waits)."""
         self._check_ttl(ttl_seconds)
         if target is not None:
             # One string per target, however many leases and cooldowns name it, rather
@@ -85,12 +88,14 @@ class MemoryLeaseStore:
             paused_until = None if target is None else self._storms.paused_until(target, now)
             full = None if paused_until is not None else self._target_full(pool, target, now)
             if full is not None:
-                return full
+                return self._refused(full, target, held, now)
             winner = None if paused_until is not None else self._first_idle(pool, target, now)
             if winner is None:
                 outcome = self._least_loaded(pool, target, now, paused_until)
                 if isinstance(outcome, NoMatch):
-                    return outcome
+                    if paused_until is not None:
+                        return outcome
+                    return self._refused(outcome, target, held, now)
                 winner = outcome
             lease = Lease(
                 new_lease_id(),
@@ -100,7 +105,7 @@ class MemoryLeaseStore:
                 now + ttl_seconds,
                 pool_keys=pool.keys,
                 pool_size=pool.considered,
-                pace=self._pace(winner.key, target, joining=1),
+                pace=self._pace(winner.key, target, now, joining=1),
             )
             self._active[lease.lease_id] = lease
             self._holders.setdefault(winner.key, {})[lease.lease_id] = lease
@@ -128,7 +133,16 @@ class MemoryLeaseStore:
             target_full=True,
         )
 
-    def _pace(self, key: ProxyKey, target: str | None, joining: int = 0) -> Pace:
+    def _refused(self, refusal: NoMatch, target: str | None, held: int, now: float) -> NoMatch:
+        """A refusal (not a paused target's): the target's holders learn that a crawler waits,
+        and it asks again soon if others hold more of the target than it does."""
+        if target is None:
+            return refusal
+        self._waiting.refused(target, held, now)
+        leases = len(self._target_leases.get(target, ()))
+        return replace(refusal, retry_after=contended_retry(refusal.retry_after, leases, held))
+
+    def _pace(self, key: ProxyKey, target: str | None, now: float, joining: int = 0) -> Pace:
         """The pace of one holder of the pair now (`joining`: a holder not counted yet)."""
         limits = self._pace_limits
         bounds = limits.bounds_for(target)
@@ -138,7 +152,8 @@ class MemoryLeaseStore:
             holders += sum(1 for lease in held.values() if lease.target == target)
         leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
         learned = self._paces.learned(key, target)
-        return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds))
+        waiting = self._waiting.held_by_waiting(target, now)
+        return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds), waiting)
 
     def _first_idle(
         self, pool: CandidatePool, target: str | None, now: float
@@ -200,7 +215,7 @@ class MemoryLeaseStore:
                 lease,
                 ttl_seconds=ttl_seconds,
                 expires_at=now + ttl_seconds,
-                pace=self._pace(lease.proxy.key, lease.target),
+                pace=self._pace(lease.proxy.key, lease.target, now),
             )
             self._active[lease_id] = renewed
             self._holders[lease.proxy.key][lease_id] = renewed
@@ -263,7 +278,7 @@ class MemoryLeaseStore:
                 paused_until = self._storms.record_ban(
                     resolved, key, lease.pool_keys, lease.pool_size, now
                 )
-            return ReportOutcome(lease, resolved, paused_until, self._pace(key, resolved))
+            return ReportOutcome(lease, resolved, paused_until, self._pace(key, resolved, now))
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""

@@ -150,11 +150,14 @@ class Pace:
     """What a lease holder may send: `rate` requests/s, up to `burst` at once after a pause.
 
     `lowered_at`: when the learned pace was last lowered (clock seconds), None if never.
+    `waiting_held`: the leases held for the target by a crawler refused one lately
+    (leases/waiting.py), None when nobody waits.
     """
 
     rate: float
     burst: int
     lowered_at: float | None
+    waiting_held: int | None = None
 
 
 @dataclass(slots=True)
@@ -244,19 +247,21 @@ def handed_out(
     pair_holders: int,
     target_leases: int,
     cap: float,
+    waiting_held: int | None = None,
 ) -> Pace:
-    """The pace one holder gets: the learned pace within the bounds, shared by its co-holders."""
+    """The pace one holder gets: the learned pace within the bounds, shared by its co-holders,
+    and whether a crawler waits for the target."""
     rate = min(learned.rate, cap) / max(pair_holders, 1)
     if bounds.max_rate is not None:
         rate = min(rate, bounds.max_rate / max(target_leases, 1))
-    return _shared_pace(rate, learned.lowered_at)
+    return _shared_pace(rate, learned.lowered_at, waiting_held)
 
 
 @functools.lru_cache(maxsize=4096)
-def _shared_pace(rate: float, lowered_at: float | None) -> Pace:
+def _shared_pace(rate: float, lowered_at: float | None, waiting_held: int | None) -> Pace:
     # A lease keeps its pace while active and a cooldown window after it ends, and
     # most leases of a target carry the same one: equal paces share one object.
-    return Pace(rate=rate, burst=BURST, lowered_at=lowered_at)
+    return Pace(rate=rate, burst=BURST, lowered_at=lowered_at, waiting_held=waiting_held)
 
 
 _Name = TypeVar("_Name")

@@ -48,6 +48,7 @@ from egress_proxies.leases.store import (
     StoreUnavailableError,
 )
 from egress_proxies.leases.urls import redact_url
+from egress_proxies.leases.waiting import CONTENDED_RETRY, WAITING_WINDOW
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
 MAX_CONNECTIONS = 16
@@ -157,9 +158,10 @@ class RedisLeaseStore:
         return self._limits.max_ttl
 
     async def acquire(
-        self, pool: CandidatePool, target: str | None, ttl_seconds: int
+        self, pool: CandidatePool, target: str | None, ttl_seconds: int, held: int = 0
     ) -> Lease | NoMatch:
-        """Lease the best free proxy of the pool for `target`, or say why none is free."""
+        """Lease the best free proxy of the pool for `target`, or say why none is free
+        (`held`: the requester's leases for the target; a refusal says it waits)."""
         self._check_ttl(ttl_seconds)
         args = self._pool_args(pool)
         bounds = self._limits.pace.bounds_for(target)
@@ -176,6 +178,9 @@ class RedisLeaseStore:
             self._pool_ttl_ms,
             "" if bounds.max_leases is None else str(bounds.max_leases),
             repr(self._limits.pace.cap_for(bounds)),
+            str(held),
+            repr(WAITING_WINDOW),
+            repr(CONTENDED_RETRY),
             *self._pace_args,
         )
         reply = await self._run("acquire", *acquire)
@@ -192,7 +197,7 @@ class RedisLeaseStore:
                 float(reply[2]),
                 pool_keys=pool.keys,
                 pool_size=pool.considered,
-                pace=self._pace(target, reply[3:7]),
+                pace=self._pace(target, reply[3:8]),
             )
         free_at = float(reply[3]) if reply[3] else None
         return NoMatch(
@@ -234,7 +239,7 @@ class RedisLeaseStore:
             ttl_seconds,
             float(expires_at),
             pool_size=int(pool_size),
-            pace=self._pace(target or None, reply[5:9]),
+            pace=self._pace(target or None, reply[5:10]),
         )
 
     async def release(self, lease_id: LeaseId) -> None:
@@ -285,7 +290,7 @@ class RedisLeaseStore:
             lease,
             resolved or None,
             float(paused) if paused else None,
-            self._pace(resolved or None, reply[8:12]),
+            self._pace(resolved or None, reply[8:13]),
         )
 
     async def forget_proxy(self, key: ProxyKey) -> None:
@@ -328,12 +333,14 @@ class RedisLeaseStore:
         return self._last_counts, per_proxy
 
     def _pace(self, target: str | None, reply: list[Any]) -> Pace:
-        """A holder's pace from pace_reply's {learned rate, lowered at, holders, leases}."""
-        rate, lowered_at, holders, leases = reply
+        """A holder's pace from pace_reply's {learned rate, lowered at, holders, leases,
+        leases of a waiting crawler}."""
+        rate, lowered_at, holders, leases, waiting = reply
         learned = PaceState(float(rate), float(lowered_at) if lowered_at else None)
         bounds = self._limits.pace.bounds_for(target)
         cap = self._limits.pace.cap_for(bounds)
-        return handed_out(learned, bounds, int(holders), int(leases), cap)
+        waiting_held = int(waiting) if waiting else None
+        return handed_out(learned, bounds, int(holders), int(leases), cap, waiting_held)
 
     def _pool_args(self, pool: CandidatePool) -> _PoolArgs:
         # Pools are built once per catalog snapshot and selector; so are their arguments.

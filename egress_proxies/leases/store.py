@@ -64,9 +64,13 @@ class LeaseStore(Protocol):
         ...
 
     async def acquire(
-        self, pool: CandidatePool, target: str | None, ttl_seconds: int
+        self, pool: CandidatePool, target: str | None, ttl_seconds: int, held: int = 0
     ) -> Lease | NoMatch:
-        """Lease the best free proxy of the pool for `target`, or say why none is free."""
+        """Lease the best free proxy of the pool for `target`, or say why none is free.
+
+        `held`: the leases the requester already holds for the target. A refusal tells
+        the target's holders that it waits (leases/waiting.py).
+        """
         ...
 
     async def renew(

@@ -9,13 +9,17 @@ from egress_proxies_client.spread import DomainSpread
 
 @dataclass
 class FakeLease:
-    """A lease reduced to what the spread reads: an id and its next turn."""
+    """A lease reduced to what the spread reads: an id, its next turn, who waits."""
 
     lease_id: str
     turn: float = 0.0
+    waiting: int | None = None
 
     def next_turn(self) -> float:
         return self.turn
+
+    def waiting_held(self) -> int | None:
+        return self.waiting
 
 
 def test_the_lease_with_the_first_turn_goes_next() -> None:
@@ -51,3 +55,25 @@ def test_idle_leases_are_given_back_and_refused_ones_taken_out() -> None:
     assert spread.remove("banned") is banned and spread.remove("banned") is None
     assert spread.idle_leases(now=30) == [old]
     assert spread.leases == [busy]
+
+
+def test_a_lease_goes_to_a_waiting_crawler_holding_fewer_until_the_shares_are_even() -> None:
+    spread: DomainSpread[FakeLease] = DomainSpread(most=4, idle=30)
+    leases = [FakeLease(name, 0.5) for name in "abcd"]
+    for lease in leases:
+        spread.add(lease, now=0)
+    assert spread.yielded(now=0) is None, "nobody waits"
+    leases[0].waiting = 0
+    assert spread.yielded(now=1) is leases[3], "the newest goes"
+    assert len(spread.leases) == 3
+    assert not spread.should_grow(spread.best(), now=10), "it leases no more for a while"
+    assert spread.should_grow(spread.best(), now=11)
+    for lease in leases:
+        lease.waiting = 1
+    assert spread.yielded(now=2) is None, "one at a time: the news of it takes a while"
+    assert spread.yielded(now=4) is leases[2], "3 against 1: one more"
+    for lease in leases:
+        lease.waiting = 2
+    assert spread.yielded(now=8) is None, "2 against 2 is even"
+    leases[0].waiting = leases[1].waiting = 1
+    assert spread.yielded(now=12) is None, "2 against 1 is as even as 3 proxies allow"

@@ -24,10 +24,22 @@ async def report(api: Api, lease_id: str, **body: Any) -> tuple[int, dict[str, A
 async def test_a_lease_carries_its_pace_and_reports_move_it() -> None:
     async with serve_api(record("a"), pace=PaceLimits(start=1.0, decrease=0.5)) as api:
         lease = await api.lease(target=SITE)
-        assert lease["pace"] == {"requestsPerSecond": 1.0, "burst": 1, "lastLoweredAt": None}
+        assert lease["pace"] == {
+            "requestsPerSecond": 1.0,
+            "burst": 1,
+            "lastLoweredAt": None,
+            "waitingHeld": None,
+        }
         status, body = await report(api, lease["leaseId"], result="ok", count=2)
         assert status == 200
-        assert body == {"pace": {"requestsPerSecond": 4.0, "burst": 1, "lastLoweredAt": None}}
+        assert body == {
+            "pace": {
+                "requestsPerSecond": 4.0,
+                "burst": 1,
+                "lastLoweredAt": None,
+                "waitingHeld": None,
+            }
+        }
         status, renewed = await post(
             api, f"/v1/leases/{lease['leaseId']}/renew", {"ttlSeconds": 60}
         )
@@ -67,6 +79,33 @@ async def test_a_bad_accepted_count_is_a_400(accepted: Any) -> None:
         )
         assert (status, body["error"]) == (400, "invalid_request")
         assert "acceptedLastSecond" in body["detail"]
+
+
+async def test_a_refused_crawler_says_what_it_holds_and_holders_hear_it() -> None:
+    async with serve_api(record("a"), record("b")) as api:
+        first = await api.lease(target=SITE)
+        await api.lease(target=SITE, held=1)
+        response = await api.client.post(
+            "/v1/leases",
+            json={"ttlSeconds": 60, "target": SITE, "held": 0},
+            headers=api.tokens.headers(),
+        )
+        assert (response.status, response.headers["Retry-After"]) == (409, "2")
+        status, body = await report(api, first["leaseId"], result="ok", count=1)
+        assert (status, body["pace"]["waitingHeld"]) == (200, 0)
+
+
+@pytest.mark.parametrize("held", [-1, "1", 1.5, True, 1_000_001])
+async def test_a_bad_held_count_is_a_400(held: Any) -> None:
+    async with serve_api(record("a")) as api:
+        response = await api.client.post(
+            "/v1/leases",
+            json={"ttlSeconds": 60, "target": SITE, "held": held},
+            headers=api.tokens.headers(),
+        )
+        body = await response.json()
+        assert (response.status, body["error"]) == (400, "invalid_request")
+        assert "held" in body["detail"]
 
 
 @pytest.mark.parametrize("count", [0, -1, "4", 1.5, True, 1_000_001])

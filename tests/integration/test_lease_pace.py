@@ -317,7 +317,7 @@ async def test_a_target_at_its_lease_bound_gets_no_more(
     candidates = pool(*(record(f"p{index}") for index in range(4)))
     first = granted(await store.acquire(candidates, SITE, 30))
     granted(await store.acquire(candidates, SITE, 60))
-    full = refused(await store.acquire(candidates, SITE, 60))
+    full = refused(await store.acquire(candidates, SITE, 60, held=2))
     assert full.target_full and not full.target_paused
     assert (full.considered, full.at_capacity, full.in_cooldown) == (4, 4, 0)
     assert full.retry_after == 30.0, "until the first of its leases ends"
@@ -326,6 +326,30 @@ async def test_a_target_at_its_lease_bound_gets_no_more(
     granted(await store.acquire(candidates, SITE, 60))
     clock.advance(60)
     assert [granted(await store.acquire(candidates, SITE, 60)) for _ in range(2)]
+
+
+async def test_a_refused_crawler_is_told_to_the_targets_holders_for_a_while(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store)
+    candidates = pool(record("a"), record("b"), record("c"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    for held in (1, 2):
+        granted(await store.acquire(candidates, SITE, 60, held=held))
+    assert first.pace is not None and first.pace.waiting_held is None, "nobody waits yet"
+    waiting = refused(await store.acquire(candidates, SITE, 60, held=0))
+    assert waiting.retry_after == 2.0, "others hold more than it: a lease comes back soon"
+    assert (await ok(store, first, 1)).waiting_held == 0
+    renewed = await store.renew(first.lease_id, 60, RECORDS.get)
+    assert renewed is not None and renewed.pace is not None
+    assert renewed.pace.waiting_held == 0
+    elsewhere = granted(await store.acquire(pool(record("d")), "other.example", 60))
+    assert elsewhere.pace is not None and elsewhere.pace.waiting_held is None
+    clock.advance(3.0)
+    assert (await ok(store, first, 1)).waiting_held is None, "it stopped asking"
+    greedy = refused(await store.acquire(candidates, SITE, 60, held=3))
+    assert greedy.retry_after == 57.0, "it holds them all: nobody gives one back to it"
+    assert (await ok(store, first, 1)).waiting_held == 3
 
 
 async def test_forgetting_a_proxy_forgets_its_pace(make_store: MakeStore) -> None:

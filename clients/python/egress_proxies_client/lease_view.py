@@ -94,6 +94,12 @@ class LeaseView:
             self._grant = replace(self._grant, pace=pace)
             self._bucket.set_pace(pace, self._clock())
 
+    def waiting_held(self) -> int | None:
+        """The leases held for the target by a crawler refused one lately (None: nobody
+        waits), as the last pace said."""
+        pace = self._grant.pace
+        return None if pace is None else pace.waiting_held
+
     def next_turn(self) -> float:
         """Seconds until this lease's next turn, without taking it (0: now)."""
         return self._bucket.next_turn(self._clock())

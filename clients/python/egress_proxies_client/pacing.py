@@ -18,11 +18,17 @@ from datetime import datetime
 
 @dataclass(frozen=True)
 class Pace:
-    """How fast to send through a lease's proxy to its target, as the API handed it out."""
+    """How fast to send through a lease's proxy to its target, as the API handed it out.
+
+    `waiting_held`: another crawler was refused a lease for the target lately while
+    holding this many for it (None: nobody waits); a holder of more than one more
+    than that should give one back.
+    """
 
     requests_per_second: float
     burst: int
     last_lowered_at: datetime | None
+    waiting_held: int | None = None
 
 
 # Tokens counted up after waiting exactly the time they take can fall short by a rounding.

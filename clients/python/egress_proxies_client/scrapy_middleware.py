@@ -9,7 +9,9 @@
 
 A domain's requests are spread over up to EGRESS_PROXIES_LEASES_PER_DOMAIN leases
 (growing while every lease is busy at its pace and the site accepts the load,
-given back after EGRESS_PROXIES_IDLE seconds unused), each renewed while in use.
+given back after EGRESS_PROXIES_IDLE seconds unused, or when another crawler
+waiting for the domain holds fewer: crawlers sharing a fleet settle at equal
+shares), each renewed while in use.
 Each request awaits its lease's turn at the pace the server hands out, without
 blocking the reactor; accepted responses are counted and reported in batches. A
 rate-limited response is reported at once (the lease slows down and waits out
@@ -159,11 +161,14 @@ class EgressProxiesMiddleware:
             return None
         domain = _domain(request)
         session = request.meta.get(SESSION_META)
-        try:
-            lease = await self._lease_for(domain, None if session is None else str(session))
-        except EgressProxiesError as error:
-            return self._unavailable(request, domain, error)
-        await lease.wait_turn()
+        while True:
+            try:
+                lease = await self._lease_for(domain, None if session is None else str(session))
+            except EgressProxiesError as error:
+                return self._unavailable(request, domain, error)
+            await lease.wait_turn()
+            if not lease.ended:
+                break  # else it was given back to a waiting crawler meanwhile: another one
         proxy_url = lease.proxy_url_without_credentials
         request.meta["proxy"] = proxy_url
         request.meta["_auth_proxy"] = proxy_url  # HttpProxyMiddleware keeps our header
@@ -241,6 +246,12 @@ class EgressProxiesMiddleware:
                 spread = self._spreads[domain] = DomainSpread(
                     most=self._settings.leases_per_domain, idle=self._settings.idle
                 )
+            yielded = spread.yielded(now)
+            if yielded is not None:
+                self._by_id.pop(yielded.lease_id, None)
+                logger.info("gave %r back: another crawler waits for %s", yielded, domain)
+                self._stats.inc_value(f"{STATS_PREFIX}/leases_yielded")
+                await self._release(yielded)
             while True:
                 best = spread.best()
                 if spread.should_grow(best, now):
@@ -266,6 +277,7 @@ class EgressProxiesMiddleware:
                 domain,
                 self._settings.ttl,
                 self._settings.wait if must else 0.0,
+                held=len(spread.leases),
             )
         except NoProxyAvailableError as error:
             if must:

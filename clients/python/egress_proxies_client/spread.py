@@ -6,6 +6,12 @@ one lease when even that turn is not now (every lease is busy at its pace), up t
 `most` leases, unless the site refused a request lately or the API had no free
 proxy (then not before `grow_after`). A lease unused for `idle` seconds is given
 back, so a domain that went quiet holds no proxy.
+
+Another crawler waiting for the domain (its pace says how many leases the
+waiting crawler holds) takes a lease from a spread holding more than one more
+than that: one is given back, at most one per `YIELD_EVERY` seconds (the time
+the news takes to reach every lease's pace), and the spread leases no more for
+`YIELD_HOLD` seconds. Crawlers sharing a fleet so settle at equal shares.
 """
 
 from __future__ import annotations
@@ -26,8 +32,19 @@ class Paced(Protocol):
         """Seconds until the lease's next turn."""
         ...
 
+    def waiting_held(self) -> int | None:
+        """The leases of another crawler waiting for the domain (None: nobody waits)."""
+        ...
+
 
 L = TypeVar("L", bound=Paced)
+
+# A waiting crawler is heard of through each lease's next report (every second), and
+# it asks again within 3 s: one lease given back per this long, on news of that age.
+YIELD_EVERY = 3.0
+# After giving a lease back the spread leases no more for this long, so the waiting
+# crawler gets it and the two do not trade it back and forth.
+YIELD_HOLD = 10.0
 
 
 @dataclass
@@ -39,6 +56,7 @@ class DomainSpread(Generic[L]):
     leases: list[L] = field(default_factory=list)
     grow_after: float = 0.0
     _used_at: dict[str, float] = field(default_factory=dict)
+    _yield_after: float = 0.0
 
     def __repr__(self) -> str:
         return f"<DomainSpread [leases: {len(self.leases)}/{self.most}]>"
@@ -73,6 +91,20 @@ class DomainSpread(Generic[L]):
                 self._used_at.pop(lease_id, None)
                 return self.leases.pop(index)
         return None
+
+    def yielded(self, now: float) -> L | None:
+        """Take out and return a lease for a waiting crawler holding fewer than all but one
+        of ours (the newest lease); None when nobody waits or the shares are even."""
+        if now < self._yield_after or not self.leases:
+            return None
+        waiting = [held for lease in self.leases if (held := lease.waiting_held()) is not None]
+        if not waiting or len(self.leases) <= min(waiting) + 1:
+            return None
+        self._yield_after = now + YIELD_EVERY
+        self.hold_back(now + YIELD_HOLD)
+        lease = self.leases[-1]
+        self.remove(lease.lease_id)
+        return lease
 
     def idle_leases(self, now: float) -> list[L]:
         """Take out and return the leases nobody used for `idle` seconds."""

@@ -57,11 +57,15 @@ class Grant:
     pace: Pace | None = None  # None from a server that hands out no pace
 
 
-def lease_body(selector: Mapping[str, str], target: str | None, ttl: int) -> dict[str, Any]:
-    """POST /v1/leases."""
+def lease_body(
+    selector: Mapping[str, str], target: str | None, ttl: int, held: int = 0
+) -> dict[str, Any]:
+    """POST /v1/leases (`held`: the leases the caller holds for the target already)."""
     body: dict[str, Any] = {"selector": dict(selector), "ttlSeconds": ttl}
     if target is not None:
         body["target"] = target
+        if held:
+            body["held"] = held
     return body
 
 
@@ -117,6 +121,7 @@ def pace_of(payload: Mapping[str, Any] | None) -> Pace | None:
         requests_per_second=float(pace["requestsPerSecond"]),
         burst=int(pace["burst"]),
         last_lowered_at=None if lowered is None else datetime.fromisoformat(lowered),
+        waiting_held=pace.get("waitingHeld"),
     )
 
 

@@ -1,13 +1,31 @@
 -- Acquire: ARGV = now, ttl, target ("" none), lease id, pool digest ("" for an empty
 -- pool), pool size, cooldown window, pool ttl (ms), the target's most leases ("" no
--- bound), the target's pace cap, then the pace parameters (nine, see pace_params).
--- Returns {1, winner index, expires at, then pace_reply's four},
+-- bound), the target's pace cap, the leases the requester holds for the target, the
+-- waiting window and the contended retry (leases/waiting.py), then the pace
+-- parameters (nine, see pace_params).
+-- Returns {1, winner index, expires at, then pace_reply's five},
 -- {0, at capacity, in cooldown, free at|"", paused, target full},
 -- or {2} when the pool is not in Redis yet (upload it with pool.lua, then ask again).
 local now, ttl, target, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local digest, pool_size, window, pool_ttl = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local most_leases, cap, P = tonumber(ARGV[9]), ARGV[10], pace_params(11)
+local most_leases, cap = tonumber(ARGV[9]), ARGV[10]
+local held, waiting_window, contended = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local P = pace_params(14)
 end_due(now, window)
+
+-- waiting.py: a refusal (not a paused target's) tells the target's holders that a
+-- crawler holding `held` waits; it asks again soon if others hold more of the target.
+local function refused(free_at)
+  if target == '' then return free_at end
+  redis.call('SET', B .. 'want:' .. target, held .. ' ' .. fmt(now + waiting_window),
+    'PX', math.ceil(waiting_window * 1000))
+  if redis.call('ZCARD', B .. 'tlease:' .. target) > held + 1 then
+    local soon = now + contended
+    if free_at == nil or free_at > soon then return soon end
+  end
+  return free_at
+end
+
 -- The pool's ranked key, capacity list lives in Redis (uploaded once by pool.lua):
 -- an acquire sends no candidate list, and reads only as far as the first idle proxy.
 local list = B .. 'pool:' .. digest
@@ -36,7 +54,7 @@ if not paused and most_leases and target ~= '' then
     local soonest = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
     local offerable = 0
     if digest ~= '' then offerable = redis.call('LLEN', list) / 2 end
-    return {0, offerable, 0, soonest[2], 0, 1}
+    return {0, offerable, 0, fmt(refused(tonumber(soonest[2]))), 0, 1}
   end
 end
 local winner, winner_count = nil, 0
@@ -68,6 +86,8 @@ if winner == nil then
   end
   if paused then
     if earliest == nil or earliest < paused then earliest = paused end
+  else
+    earliest = refused(earliest)
   end
   return {0, at_capacity, in_cooldown, earliest and fmt(earliest) or '', paused and 1 or 0, 0}
 end
@@ -84,4 +104,4 @@ if target ~= '' then redis.call('ZADD', B .. 'tlease:' .. target, fmt(expires_at
 redis.call('PEXPIRE', list, pool_ttl)
 redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)
 local pace = pace_reply(key, target, now, P)
-return {1, winner, fmt(expires_at), pace[1], pace[2], pace[3], pace[4]}
+return {1, winner, fmt(expires_at), pace[1], pace[2], pace[3], pace[4], pace[5]}

@@ -104,6 +104,8 @@ end
 --                          target starts
 --   tlease:<target> zset  active lease id -> expires at, per target
 --   pheld           hash  "<key>\n<f>" -> active leases on the pair
+--   want:<target>   string "held until": the leases held by the crawler last refused
+--                          one for the target, and when that stops counting (waiting.py)
 -- P is the store's pace parameters, nine ARGV from `from`: start, floor, increase,
 -- decrease, settle, memory (seconds), ceiling, cruise, probe after. A pace untouched
 -- for `memory` reads as absent. Values written before limits were kept have four
@@ -149,13 +151,21 @@ local function learned_pace(key, target, now, P)
   return state
 end
 
--- {learned rate, lowered at|"", holders of the pair, leases on the target}.
+-- {learned rate, lowered at|"", holders of the pair, leases on the target,
+-- leases held by a crawler waiting for the target|""}.
 local function pace_reply(key, target, now, P)
   local state = learned_pace(key, target, now, P)
   local holders = tonumber(redis.call('HGET', B .. 'pheld', key .. '\n' .. target_field(target))) or 0
-  local leases = 0
-  if target ~= '' then leases = redis.call('ZCARD', B .. 'tlease:' .. target) end
-  return {fmt(state.rate), state.lowered and fmt(state.lowered) or '', holders, leases}
+  local leases, waiting = 0, ''
+  if target ~= '' then
+    leases = redis.call('ZCARD', B .. 'tlease:' .. target)
+    local want = redis.call('GET', B .. 'want:' .. target)
+    if want then
+      local w = words(want)
+      if tonumber(w[2]) > now then waiting = w[1] end
+    end
+  end
+  return {fmt(state.rate), state.lowered and fmt(state.lowered) or '', holders, leases, waiting}
 end
 
 local function or_dash(x)

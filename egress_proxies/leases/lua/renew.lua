@@ -1,5 +1,5 @@
 -- Renew: ARGV = now, lease id, ttl, cooldown window, then the pace parameters (nine).
--- Returns {proxy key, target, expires at, pool digest, pool size, then pace_reply's four}
+-- Returns {proxy key, target, expires at, pool digest, pool size, then pace_reply's five}
 -- or nil once it has ended.
 local now, id, ttl, window = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local P = pace_params(5)
@@ -12,4 +12,5 @@ redis.call('ZADD', B .. 'exp', expires_at, id)
 redis.call('ZADD', B .. 'holders:' .. lease.k, expires_at, id)
 if lease.t ~= '' then redis.call('ZADD', B .. 'tlease:' .. lease.t, expires_at, id) end
 local pace = pace_reply(lease.k, lease.t, now, P)
-return {lease.k, lease.t, expires_at, lease.p, lease.s, pace[1], pace[2], pace[3], pace[4]}
+return {lease.k, lease.t, expires_at, lease.p, lease.s, pace[1], pace[2], pace[3], pace[4],
+  pace[5]}

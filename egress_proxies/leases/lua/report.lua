@@ -4,7 +4,7 @@
 -- the site accepted in the second before a rate limit ("": not counted), the report
 -- target's pace cap ("": the lease's), then the pace parameters (nine).
 -- Returns nil for an unknown lease, else {proxy key, lease target, resolved target,
--- ttl, expires at, pool digest, pool size, paused until|"", then pace_reply's four}.
+-- ttl, expires at, pool digest, pool size, paused until|"", then pace_reply's five}.
 local now, id, result, target = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local retry_after = tonumber(ARGV[5])
 local window, cap, rate_window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -91,4 +91,4 @@ if result == 'banned' and resolved ~= '' then
 end
 local pace = pace_reply(key, resolved, now, P)
 return {key, lease.t, resolved, lease.l, lease.e, lease.p, lease.s, paused,
-  pace[1], pace[2], pace[3], pace[4]}
+  pace[1], pace[2], pace[3], pace[4], pace[5]}

@@ -193,13 +193,19 @@ class Pool:
         target: str | None = None,
         ttl: int = DEFAULT_TTL,
         wait: float = DEFAULT_WAIT,
+        held: int = 0,
     ) -> Lease:
-        """Lease a proxy, waiting on 409s as the server's Retry-After says, up to `wait`."""
+        """Lease a proxy, waiting on 409s as the server's Retry-After says, up to `wait`.
+
+        `held`: the leases the caller already holds for `target`; a refusal tells their
+        holders that it waits (`Pace.waiting_held`), and holders above their share give
+        one back.
+        """
         started = self._clock()
         attempt = 0
         while True:
             attempt += 1
-            body = lease_body(selector or {}, target, ttl)
+            body = lease_body(selector or {}, target, ttl, held)
             response = self._request("POST", "/v1/leases", body)
             if response.status_code != 409:
                 raise_for(response)
