@@ -42,6 +42,17 @@ async def crawl(
     **env: str,
 ) -> Crawl:
     """Create healthy managed proxies `names`, crawl `site` through them with Scrapy."""
+    await healthy_proxies(kube, namespace, names, health_origin)
+    log, items, stats = await run_spider(operator, tmp_path, site, **env)
+    async with AsyncPool(operator.discovery_url, operator.discovery_token) as pool:
+        proxies = await pool.proxies({"pool": "crawl"})
+    return log, items, stats, proxies
+
+
+async def healthy_proxies(
+    kube: KubeClient, namespace: str, names: tuple[str, ...], health_origin: Origin
+) -> None:
+    """Create managed proxies `names` in the crawl pool, and wait until they are healthy."""
     health = {
         "url": health_origin.url,
         "expectedStatus": 200,
@@ -53,6 +64,13 @@ async def crawl(
         await kube.create(proxy_path(namespace), body)
     for name in names:
         await wait_for_condition(kube, namespace, name, "Healthy", "True", timeout=120)
+
+
+async def run_spider(
+    operator: OperatorProcess, tmp_path: Path, site: Site, **env: str
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """One `scrapy runspider` of the crawl spider over the crawl pool: its log, items, stats."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
         *("-a", f"start_url={site.url}"),
@@ -74,9 +92,7 @@ async def crawl(
     assert process.returncode == 0, log[-4000:]
     items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
     stats = json.loads((tmp_path / "stats.json").read_text())
-    async with AsyncPool(operator.discovery_url, operator.discovery_token) as pool:
-        proxies = await pool.proxies({"pool": "crawl"})
-    return log, items, stats, proxies
+    return log, items, stats
 
 
 def assert_every_page_once_and_nothing_refused(items: list[dict[str, Any]]) -> None:
@@ -120,6 +136,37 @@ async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
         f"429 share {share:.1%}, banned {site.victim}, {together} addresses within one second, "
         f"{stats['egress_proxies/leases']} leases; "
         f"{ {a: Counter(s for _, s in r) for a, r in site.answers.items()} }"
+    )
+
+
+async def test_two_crawlers_of_one_site_share_the_fleet(
+    kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    # Each may lease the whole fleet (4 leases per domain): the first to lease more
+    # than its share gives leases back as the other waits, and both finish.
+    async with (
+        serve_origin() as health_origin,
+        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
+    ):
+        await healthy_proxies(kube, namespace, PACED_PROXIES, health_origin)
+        crawls = await asyncio.gather(
+            *(
+                run_spider(operator, tmp_path / name, site, CRAWL_CONCURRENCY="16")
+                for name in ("first", "second")
+            )
+        )
+    for _, items, stats in crawls:
+        assert_every_page_once_and_nothing_refused(items)
+        assert stats["finish_reason"] == "finished"
+        assert len({item["proxy"] for item in items}) >= 2, "one proxy carried a crawler"
+    yielded = [stats.get("egress_proxies/leases_yielded", 0) for _, _, stats in crawls]
+    assert sum(yielded) >= 1, "no crawler gave a lease back to the other"
+    share = site.share_of(429)
+    assert share < 0.10, f"{share:.1%} of the answers were 429"
+    print(
+        f"two crawlers: leases {[stats['egress_proxies/leases'] for _, _, stats in crawls]}, "
+        f"given back {yielded}, 429 share {share:.1%}, "
+        f"proxies per crawler {[len({i['proxy'] for i in items}) for _, items, _ in crawls]}"
     )
 
 
