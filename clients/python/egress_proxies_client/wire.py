@@ -93,6 +93,26 @@ def report_body(
     return body
 
 
+# Body fields a server of an earlier release refuses (400: unknown fields are rejected),
+# which the request means as well without: optional hints to the pace.
+OPTIONAL_FIELDS = ("held", "acceptedLastSecond")
+
+
+def unknown_optional_field(response: httpx.Response, body: Mapping[str, Any] | None) -> str | None:
+    """The optional field of `body` an older server refused as unknown, if that is what the
+    response says (a 400 invalid_request naming it as an extra input)."""
+    if response.status_code != 400 or not body:
+        return None
+    try:
+        detail = response.json().get("detail", "")
+    except ValueError:
+        return None
+    for name in OPTIONAL_FIELDS:
+        if name in body and f"{name}: Extra inputs are not permitted" in str(detail):
+            return name
+    return None
+
+
 def grant_of(payload: Mapping[str, Any]) -> Grant:
     """The Grant in a 201 (lease) or 200 (renew) body."""
     proxy = payload["proxy"]

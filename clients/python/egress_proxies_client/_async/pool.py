@@ -47,6 +47,7 @@ from egress_proxies_client.wire import (
     raise_for,
     report_body,
     unavailable,
+    unknown_optional_field,
 )
 
 
@@ -184,6 +185,7 @@ class AsyncPool:
         self._sleep, self._clock = sleep, clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._held = 0
+        self._unknown_fields: set[str] = set()
 
     async def proxies(
         self, selector: Mapping[str, str] | None = None, healthy: bool | None = None
@@ -326,10 +328,19 @@ class AsyncPool:
         body: Mapping[str, Any] | None,
         params: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        try:
-            return await self._http.request(method, path, json=body, params=params)
-        except httpx.HTTPError as error:
-            raise unavailable(error) from None
+        """The response; a body field an older server refused is dropped from then on."""
+        while True:
+            if body is not None and self._unknown_fields:
+                body = {k: v for k, v in body.items() if k not in self._unknown_fields}
+            try:
+                response = await self._http.request(method, path, json=body, params=params)
+            except httpx.HTTPError as error:
+                raise unavailable(error) from None
+            unknown = unknown_optional_field(response, body)
+            if unknown is None:
+                return response
+            logger.warning("the API is older than this client: it does not take %r", unknown)
+            self._unknown_fields.add(unknown)
 
 
 async def _report_quietly(lease: AsyncLease, classification: Classification) -> None:

@@ -42,6 +42,7 @@ from egress_proxies_client.wire import (
     raise_for,
     report_body,
     unavailable,
+    unknown_optional_field,
 )
 
 
@@ -179,6 +180,7 @@ class Pool:
         self._sleep, self._clock = sleep, clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._held = 0
+        self._unknown_fields: set[str] = set()
 
     def proxies(
         self, selector: Mapping[str, str] | None = None, healthy: bool | None = None
@@ -321,10 +323,19 @@ class Pool:
         body: Mapping[str, Any] | None,
         params: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        try:
-            return self._http.request(method, path, json=body, params=params)
-        except httpx.HTTPError as error:
-            raise unavailable(error) from None
+        """The response; a body field an older server refused is dropped from then on."""
+        while True:
+            if body is not None and self._unknown_fields:
+                body = {k: v for k, v in body.items() if k not in self._unknown_fields}
+            try:
+                response = self._http.request(method, path, json=body, params=params)
+            except httpx.HTTPError as error:
+                raise unavailable(error) from None
+            unknown = unknown_optional_field(response, body)
+            if unknown is None:
+                return response
+            logger.warning("the API is older than this client: it does not take %r", unknown)
+            self._unknown_fields.add(unknown)
 
 
 def _report_quietly(lease: Lease, classification: Classification) -> None:
