@@ -17,6 +17,7 @@ import pytest
 from egress_proxies_client import AsyncPool, ProxyInfo
 
 from egress_proxies.kube import KubeClient
+from harness.cluster import wait_for
 from harness.crawl_site import PAGES, SPIDER, Site, serve_site
 from harness.origins import Origin, serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
@@ -142,19 +143,27 @@ async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
 async def test_two_crawlers_of_one_site_share_the_fleet(
     kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    # Each may lease the whole fleet (4 leases per domain): the first to lease more
-    # than its share gives leases back as the other waits, and both finish.
+    # Each may lease the whole fleet (4 leases per domain). The second starts once the
+    # first sends through three proxies or more: the first then holds more than its
+    # share, gives leases back as the second waits, and both finish.
     async with (
         serve_origin() as health_origin,
         serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
     ):
         await healthy_proxies(kube, namespace, PACED_PROXIES, health_origin)
-        crawls = await asyncio.gather(
-            *(
-                run_spider(operator, tmp_path / name, site, CRAWL_CONCURRENCY="16")
-                for name in ("first", "second")
-            )
+        first = asyncio.create_task(
+            run_spider(operator, tmp_path / "first", site, CRAWL_CONCURRENCY="16")
         )
+
+        async def spread_over_three() -> bool:
+            if first.done():
+                first.result()  # a crawl that failed says why
+                raise AssertionError("the first crawl ended before it used three proxies")
+            return len(site.answers) >= 3
+
+        await wait_for(spread_over_three, timeout=120)
+        second = await run_spider(operator, tmp_path / "second", site, CRAWL_CONCURRENCY="16")
+        crawls = [await first, second]
     for _, items, stats in crawls:
         assert_every_page_once_and_nothing_refused(items)
         assert stats["finish_reason"] == "finished"
