@@ -10,6 +10,8 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,16 @@ async def run_spider(
     return log, items, stats
 
 
+@asynccontextmanager
+async def paced_site() -> AsyncIterator[tuple[Origin, Site]]:
+    """The proxies' health origin, and the site of the issue that asked for the pace."""
+    async with (
+        serve_origin() as health_origin,
+        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
+    ):
+        yield health_origin, site
+
+
 def assert_every_page_once_and_nothing_refused(items: list[dict[str, Any]]) -> None:
     bad = [item for item in items if "bad" in item]
     assert bad == [], f"refused responses reached the callback: {bad[:5]}"
@@ -107,10 +119,7 @@ def assert_every_page_once_and_nothing_refused(items: list[dict[str, Any]]) -> N
 async def test_a_paced_crawl_spreads_one_domain_over_the_fleet(
     kube: KubeClient, namespace: str, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    async with (
-        serve_origin() as health_origin,
-        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
-    ):
+    async with paced_site() as (health_origin, site):
         _, items, stats, proxies = await crawl(
             kube,
             namespace,
@@ -146,10 +155,7 @@ async def test_two_crawlers_of_one_site_share_the_fleet(
     # Each may lease the whole fleet (4 leases per domain). The second starts once the
     # first sends through three proxies or more: the first then holds more than its
     # share, gives leases back as the second waits, and both finish.
-    async with (
-        serve_origin() as health_origin,
-        serve_site(rate=SITE_RATE, ban_after=SITE_BAN_AFTER, ban_window=SITE_BAN_WINDOW) as site,
-    ):
+    async with paced_site() as (health_origin, site):
         await healthy_proxies(kube, namespace, PACED_PROXIES, health_origin)
         first = asyncio.create_task(
             run_spider(operator, tmp_path / "first", site, CRAWL_CONCURRENCY="16")

@@ -96,20 +96,11 @@ class Lease(LeaseView):
         now = self._clock()
         if retry_after:
             self._bucket.pause(retry_after, now)
-        accepted = self._recent.last_second(now)
-        pace = self._pool.report(
-            self._grant.lease_id,
+        self.report(
             Verdict.RATE_LIMITED,
             reason,
             retry_after=retry_after,
-            accepted_last_second=accepted,
-        )
-        self._repaced(pace)
-        logger.info(
-            "reported rate_limited (%s, %d accepted in the second before) on %s",
-            reason,
-            accepted,
-            self.proxy_key,
+            accepted_last_second=self._recent.last_second(now),
         )
 
     def _flush(self, *, force: bool = False) -> None:
@@ -132,11 +123,23 @@ class Lease(LeaseView):
         *,
         target: str | None = None,
         retry_after: float | None = None,
+        accepted_last_second: int | None = None,
     ) -> None:
-        """Tell the API how the proxy fared (ok, rate_limited, banned) and why."""
-        pace = self._pool.report(self._grant.lease_id, result, reason, target, retry_after)
+        """Tell the API how the proxy fared (ok, rate_limited, banned) and why
+        (`accepted_last_second`: on a rate limit, what the site accepted in the second before)."""
+        pace = self._pool.report(
+            self._grant.lease_id,
+            result,
+            reason,
+            target,
+            retry_after,
+            accepted_last_second=accepted_last_second,
+        )
         self._repaced(pace)
-        logger.info("reported %s (%s) on %s", Verdict(result).value, reason, self.proxy_key)
+        counted = "" if accepted_last_second is None else f", {accepted_last_second} accepted"
+        logger.info(
+            "reported %s (%s%s) on %s", Verdict(result).value, reason, counted, self.proxy_key
+        )
 
     def release(self) -> None:
         """Report the ok counts still pending, then end the lease now (idempotent)."""
