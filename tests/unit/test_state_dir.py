@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import egress_proxies
 from egress_proxies.operator.state_dir import StateDirBusyError, StateDirClaim
 
 HOLD = """
@@ -72,23 +75,31 @@ def test_a_user_without_a_passwd_entry_gets_a_peer_identity() -> None:
 
 
 def _identity_as_an_unlisted_user(state: Path) -> str:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    done = subprocess.run(
-        [
-            "/usr/bin/setpriv",
-            "--reuid=65532",
-            "--regid=65532",
-            "--clear-groups",
-            sys.executable,
-            "-c",
-            IDENTITY,
-            str(state),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # The unlisted user may not read this checkout (a clone in a 0700 directory): it
+    # runs the base interpreter on a copy of the package it imports (stdlib only else).
+    with tempfile.TemporaryDirectory() as code:
+        Path(code).chmod(0o755)
+        shutil.copytree(
+            Path(egress_proxies.__file__).parent,
+            Path(code) / "egress_proxies",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        done = subprocess.run(
+            [
+                "/usr/bin/setpriv",
+                "--reuid=65532",
+                "--regid=65532",
+                "--clear-groups",
+                os.path.realpath(sys.executable),
+                "-c",
+                IDENTITY,
+                str(state),
+            ],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": code},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     return done.stdout
