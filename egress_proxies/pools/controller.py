@@ -50,6 +50,7 @@ from egress_proxies.pools.plan import Member, Plan, plan
 logger = logging.getLogger(__name__)
 
 EXPECTATION_SECONDS = 60.0
+CONVERGED, UNSYNCED = "converged", "unsynced"  # a round's outcomes
 WAIT_WINDOW_SECONDS = 60.0
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -65,7 +66,11 @@ class MemberSource(Protocol):
 
 
 class ScalingRecorder(Protocol):
-    """Counts the pools' scaling decisions and replacements."""
+    """Counts the pools' rounds, scaling decisions and replacements."""
+
+    def round(self, pool: str, outcome: str) -> None:
+        """One round: CONVERGED, or UNSYNCED (skipped on a partial view)."""
+        ...
 
     def scaled(self, pool: str, direction: str) -> None:
         """One autoscaling decision."""
@@ -137,6 +142,8 @@ class PoolController:
         pool = f"{namespace}/{name}"
         if not self._c.synced():
             logger.debug("pool %s: the Proxy watch is not synced; no round", pool)
+            if self._c.metrics is not None:
+                self._c.metrics.round(pool, UNSYNCED)
             return
         self.rounds += 1
         raw_spec = body.get("spec") or {}
@@ -201,6 +208,8 @@ class PoolController:
             limited,
             wanted_hash,
         )
+        if self._c.metrics is not None:
+            self._c.metrics.round(pool, CONVERGED)
 
     def _members(
         self,
@@ -331,10 +340,8 @@ class PoolController:
                 self._c.metrics.drained(pool, drain.reason)
         for proxy_name in step.delete:
             expected.deleted[proxy_name] = now + _seconds(EXPECTATION_SECONDS)
-            try:
-                await self._c.client.delete(PROXIES.path(namespace, proxy_name))
-            except NotFoundError:
-                continue  # gone already: nothing to delete twice
+            if await self._c.client.delete(PROXIES.path(namespace, proxy_name)) is None:
+                continue  # gone already: nothing was deleted, nothing to announce
             expected.drained.pop(proxy_name, None)
             post_event("Normal", "Deleted", f"proxy {proxy_name} drained and deleted")
             logger.info("pool %s: deleted drained proxy %s", pool, proxy_name)

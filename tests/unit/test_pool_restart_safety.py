@@ -10,7 +10,7 @@ import pytest
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import ManualClock
-from egress_proxies.kube import KubeApiError, KubeClient, NotFoundError, TransportError
+from egress_proxies.kube import KubeApiError, KubeClient, TransportError
 from egress_proxies.pool_model import DRAINING_ANNOTATION
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController
 
@@ -39,7 +39,7 @@ class Server:
 
     async def delete(self, path: str, **_: Any) -> None:
         self.delete_calls.append(path.rsplit("/", 1)[-1])
-        raise NotFoundError(404, "NotFound", "gone")
+        # None: KubeClient.delete's answer when the object is gone already
 
     async def patch(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         self.patches += 1
