@@ -39,6 +39,7 @@ class ProxyCensus:
         self.deleting: list[str] = []  # each name once, when it is first seen deleting or gone
         self.peak = 0
         self.events = 0
+        self.phases: dict[str, list[str]] = {}  # each Proxy's phases in order, repeats dropped
         self._known: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._version = ""
@@ -101,9 +102,22 @@ class ProxyCensus:
             self.events += 1
             self._see(obj, deleted=kind == "DELETED", listed=False)
 
+    def flapped(self) -> dict[str, list[str]]:
+        """The Proxies whose phase left Ready after it had been Ready (not while deleting)."""
+        return {
+            name: phases
+            for name, phases in self.phases.items()
+            if "Ready" in phases and any(p != "Ready" for p in phases[phases.index("Ready") :])
+        }
+
     def _see(self, obj: Mapping[str, Any], *, deleted: bool, listed: bool) -> None:
         meta = obj["metadata"]
         name = meta["name"]
+        if not deleted and not meta.get("deletionTimestamp"):
+            phase = (obj.get("status") or {}).get("phase", "")
+            seen = self.phases.setdefault(name, [])
+            if not seen or seen[-1] != phase:
+                seen.append(phase)
         if name not in self._known:
             self._known.add(name)
             if not listed:
