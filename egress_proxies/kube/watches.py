@@ -41,6 +41,17 @@ class Watches:
         names = resources or tuple(self._reflectors)
         return all(r.synced.is_set() for name in names for r in self._reflectors[name])
 
+    def version(self, resource: str) -> int | None:
+        """The resourceVersion every reflector of `resource` has seen up to (the lowest).
+
+        An etcd revision, compared as a number: a change at or below it is in
+        the sink. None while one has not listed or its version is not numeric.
+        """
+        versions = [r.resource_version for r in self._reflectors[resource]]
+        if not versions or not all(v is not None and v.isdigit() for v in versions):
+            return None
+        return min(int(v) for v in versions if v is not None)
+
     def unsynced(self) -> list[str]:
         """The resources still waiting for a list (for logs and reprs)."""
         return [

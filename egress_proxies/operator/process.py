@@ -228,6 +228,7 @@ class Operator:
                 metrics=PoolMetrics(self.metrics_registry),
                 clock=self.clock,
                 synced=functools.partial(self.watches.synced, PROXIES_WATCH),
+                watched_version=functools.partial(self.watches.version, PROXIES_WATCH),
             )
         )
         register_pools(

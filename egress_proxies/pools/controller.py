@@ -94,11 +94,22 @@ class PoolComponents:
     clock: Clock = field(default_factory=SystemClock)
     # Whether `members` holds every Proxy now (the fleet's Proxy watch is synced).
     synced: Callable[[], bool] = lambda: True
+    # The resourceVersion up to which `members` has seen every change (None: unknown).
+    watched_version: Callable[[], int | None] = lambda: None
+
+
+@dataclass(frozen=True)
+class _Created:
+    """A Proxy this controller created (or may have): counted until the watch has passed it."""
+
+    until: datetime.datetime
+    template_hash: str
+    version: int | None = None  # the create's resourceVersion, once the server answered
 
 
 @dataclass
 class _Expectations:
-    created: dict[str, tuple[datetime.datetime, str]] = field(default_factory=dict)  # (until, hash)
+    created: dict[str, _Created] = field(default_factory=dict)
     drained: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> since
     deleted: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> until
 
@@ -248,11 +259,16 @@ class PoolController:
                     failure=_permanent_failure(body),
                 )
             )
-        for proxy, (until, created_hash) in list(expected.created.items()):
-            if proxy in seen or until < now:
+        watched = self._c.watched_version()
+        for proxy, created in list(expected.created.items()):
+            # Seen, or the watch has passed its creation without it (deleted since): done.
+            passed = (
+                created.version is not None and watched is not None and watched >= created.version
+            )
+            if proxy in seen or passed or created.until < now:
                 del expected.created[proxy]
             else:
-                members.append(Member(proxy, now, False, 0, 0, created_hash))
+                members.append(Member(proxy, now, False, 0, 0, created.template_hash))
         for proxy, until in list(expected.deleted.items()):
             if proxy not in seen or until < now:
                 del expected.deleted[proxy]
@@ -311,9 +327,10 @@ class PoolController:
             proxy = _new_proxy(body, spec, wanted_hash)
             proxy_name = proxy["metadata"]["name"]
             # Expected before it is sent: a create whose answer is lost may have been made.
-            expected.created[proxy_name] = (now + _seconds(EXPECTATION_SECONDS), wanted_hash)
+            until = now + _seconds(EXPECTATION_SECONDS)
+            expected.created[proxy_name] = _Created(until, wanted_hash)
             try:
-                await self._c.client.create(PROXIES.path(namespace), proxy)
+                made = await self._c.client.create(PROXIES.path(namespace), proxy)
             except ConflictError:
                 # The name exists: this create (retried) made it, or another object holds it;
                 # either way it is counted until the watch shows it or the expectation ends.
@@ -323,6 +340,7 @@ class PoolController:
                 if 400 <= error.status < 500:
                     del expected.created[proxy_name]  # refused: nothing was made
                 raise
+            expected.created[proxy_name] = _Created(until, wanted_hash, _version(made))
             logger.info("pool %s: created proxy %s", pool, proxy_name)
         if step.create:
             post_event("Normal", "Created", f"created {step.create} proxies")
@@ -399,6 +417,12 @@ class PoolController:
 _NULLED: dict[str, None] = {"lowUseSince": None, "lastScaleTime": None}
 
 _KNOWN = {f.alias or n for n, f in ProxyPoolStatus.model_fields.items()}
+
+
+def _version(body: Mapping[str, Any]) -> int | None:
+    """An object's resourceVersion as a number (etcd revisions are), or None."""
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    return int(version) if isinstance(version, str) and version.isdigit() else None
 
 
 def _seconds(seconds: float) -> datetime.timedelta:

@@ -26,8 +26,11 @@ class Server:
         self.delete_calls: list[str] = []
         self.fail_next: tuple[Exception, bool] | None = None  # (error, made before failing)
         self.patches = 0
+        self.version = 100  # the server's resourceVersion
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
         if self.fail_next is not None:
             error, made = self.fail_next
             self.fail_next = None
@@ -52,6 +55,7 @@ class View:
     def __init__(self) -> None:
         self.bodies: list[Mapping[str, Any]] = []
         self.synced = False
+        self.version: int | None = None  # what the watch has seen up to
 
     def pool_members(self, namespace: str, pool: str) -> list[Mapping[str, Any]]:
         return self.bodies
@@ -77,6 +81,7 @@ def controller(server: Server, view: View, clock: ManualClock) -> PoolController
             max_lease_seconds=60.0,
             clock=clock,
             synced=lambda: view.synced,
+            watched_version=lambda: view.version,
         )
     )
 
@@ -150,3 +155,21 @@ async def test_a_member_already_gone_is_deleted_once_and_announced_never() -> No
 
     assert server.delete_calls == ["p-old"]
     assert "Deleted" not in events
+
+
+async def test_a_member_deleted_before_the_watch_showed_it_is_replaced_once_it_passed() -> (
+    None
+):
+    server, view, clock = Server(), View(), ManualClock(wall=WALL)
+    view.synced = True
+    pools = controller(server, view, clock)
+    await pools.converge(pool(1), lambda *_: None)
+    assert len(server.created) == 1
+
+    view.version = 100  # the watch is behind the create (101): it is still counted
+    await pools.converge(pool(1), lambda *_: None)
+    assert len(server.created) == 1
+
+    view.version = 105  # the watch passed it and never showed it: deleted meanwhile
+    await pools.converge(pool(1), lambda *_: None)
+    assert len(server.created) == 2

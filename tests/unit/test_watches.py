@@ -130,3 +130,15 @@ def test_a_namespaced_sinks_relist_forgets_only_its_own_namespaces_proxies() -> 
     first.replace([])
 
     assert [b["metadata"]["namespace"] for b in fleet.proxies()] == ["two"]
+
+
+def test_a_resources_version_is_the_lowest_of_its_reflectors_once_each_has_one() -> None:
+    server = ScriptedServer([])
+    first = Reflector(server, "/a", ProxySink(Fleet()))
+    second = Reflector(server, "/b", ProxySink(Fleet()))
+    watches = Watches({"proxies": [first, second]})
+    assert watches.version("proxies") is None
+    first.resource_version, second.resource_version = "120", "97"
+    assert watches.version("proxies") == 97
+    second.resource_version = "opaque"
+    assert watches.version("proxies") is None
