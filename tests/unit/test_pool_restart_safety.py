@@ -157,9 +157,7 @@ async def test_a_member_already_gone_is_deleted_once_and_announced_never() -> No
     assert "Deleted" not in events
 
 
-async def test_a_member_deleted_before_the_watch_showed_it_is_replaced_once_it_passed() -> (
-    None
-):
+async def test_a_member_deleted_before_the_watch_showed_it_is_replaced_once_it_passed() -> None:
     server, view, clock = Server(), View(), ManualClock(wall=WALL)
     view.synced = True
     pools = controller(server, view, clock)
