@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from egress_proxies.kube import KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import PROXY_POOLS
 from egress_proxies.pool_model import POOL_LABEL
 from harness.census import ProxyCensus
@@ -132,7 +132,12 @@ async def settled(
     """The pool at `replicas` Ready members (of `version`, if given), none draining or leaving."""
 
     async def whole() -> bool:
-        body = await kube.get(PROXY_POOLS.path(namespace, pool))
+        try:
+            body = await kube.get(PROXY_POOLS.path(namespace, pool))
+        except KubeApiError as error:
+            if error.status == 429:  # the CRD's storage (re)initializing on a new cluster
+                return False
+            raise
         status = body.get("status") or {}
         listing = await kube.get(proxy_path(namespace))
         members = [
