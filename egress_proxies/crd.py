@@ -157,8 +157,16 @@ def _crd(
                             "description": description,
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": f"The object's schema: {GROUP}/{VERSION}.",
+                                },
+                                "kind": {
+                                    "type": "string",
+                                    "description": f"The object's kind: {kind}.",
+                                },
+                                # Nothing but its type: the API server forbids more here, and
+                                # publishes ObjectMeta's schema and description in its place.
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
                                 "status": status_schema,
