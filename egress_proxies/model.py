@@ -129,17 +129,10 @@ class CloudInit(_Model):
 
 
 class KubernetesSpec(_Model):
-    """A Squid pod in the operator's cluster, meeting Pod Security "restricted".
-
-    The pod runs as `runAsUser`/`runAsGroup` (the squid image's `proxy` user,
-    13/13 on Ubuntu and Debian images; set them for an image whose squid
-    user differs), never as root. `resources` replaces the default
-    requests and limits whole. `image` unset: the operator's `--squid-image`
-    (default `ubuntu/squid:6.10-24.10_beta`).
-    """
+    """A Squid pod in the operator's cluster, meeting Pod Security "restricted": never root."""
 
     image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
-    """The squid image; unset: the operator's `--squid-image`.
+    """The squid image; unset: the operator's `--squid-image` (`ubuntu/squid:6.10-24.10_beta`).
 
     Its squid must be `/usr/sbin/squid` with `/usr/lib/squid/basic_ncsa_auth`.
     """
@@ -150,7 +143,10 @@ class KubernetesSpec(_Model):
     memory 256Mi) whole.
     """
     run_as_user: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
-    """The UID squid runs as: the image's squid user (13, `proxy`, on Ubuntu and Debian)."""
+    """The UID squid runs as: the image's squid user (13, `proxy`, on Ubuntu and Debian).
+
+    Set it (and runAsGroup) for an image whose squid user differs.
+    """
     run_as_group: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
     """The GID squid runs as, also the pod's fsGroup (13, `proxy`, on Ubuntu and Debian)."""
 
