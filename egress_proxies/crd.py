@@ -92,15 +92,25 @@ def structural(schema: Schema, definitions: dict[str, Schema] | None = None) -> 
             continue
         if key == "additionalProperties" and value is False:
             continue
-        if key == "properties":
-            result[key] = {name: structural(prop, definitions) for name, prop in value.items()}
-        elif key in ("items", "additionalProperties") and isinstance(value, dict):
-            result[key] = structural(value, definitions)
-        elif key == "default":
-            result[key] = _without_nulls(value)
-        else:
-            result[key] = value
+        result[key] = _structural_value(key, value, definitions)
     return result
+
+
+def _structural_value(key: str, value: Any, definitions: dict[str, Schema]) -> Any:
+    if key == "properties":
+        return {name: structural(prop, definitions) for name, prop in value.items()}
+    if key in ("items", "additionalProperties") and isinstance(value, dict):
+        return structural(value, definitions)
+    if key == "default":
+        return _without_nulls(value)
+    if key == "description":
+        return _unwrapped(value)
+    return value
+
+
+def _unwrapped(docstring: str) -> str:
+    """A docstring as `kubectl explain` should wrap it: paragraphs, each on one line."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in docstring.split("\n\n"))
 
 
 def _without_nulls(value: Any) -> Any:
@@ -157,8 +167,16 @@ def _crd(
                             "description": description,
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": f"The object's schema: {GROUP}/{VERSION}.",
+                                },
+                                "kind": {
+                                    "type": "string",
+                                    "description": f"The object's kind: {kind}.",
+                                },
+                                # Nothing but its type: the API server forbids more here, and
+                                # publishes ObjectMeta's schema and description in its place.
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
                                 "status": status_schema,

@@ -35,10 +35,17 @@ SQUID_IMAGE_UID = 13
 
 
 class _Model(BaseModel):
-    """camelCase on the wire, snake_case in Python, unknown fields rejected."""
+    """camelCase on the wire, snake_case in Python, unknown fields rejected.
+
+    A field's docstring is its description in the CRD (`kubectl explain`).
+    """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -64,6 +71,7 @@ class SecretRef(_Model):
     """A Secret in the Proxy's namespace."""
 
     name: Annotated[str, Field(min_length=1, max_length=253)]
+    """The Secret's name."""
 
 
 class HealthCheck(_Model):
@@ -81,58 +89,95 @@ class HealthCheck(_Model):
     url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2048)] = (
         "https://www.gstatic.com/generate_204"
     )
+    """The http or https URL each probe GETs through the proxy, on a fresh connection."""
     interval_seconds: Annotated[int, Field(ge=1, le=3600)] = 10
+    """Seconds between two probes of this proxy."""
     timeout_seconds: Annotated[int, Field(ge=1, le=60)] = 5
+    """Seconds the whole probe (connect, CONNECT, TLS, answer) may take; at most intervalSeconds."""
     success_threshold: Annotated[int, Field(ge=1, le=10)] = 1
+    """Successes in a row that make the proxy healthy."""
     failure_threshold: Annotated[int, Field(ge=1, le=10)] = 3
+    """Failures in a row that make the proxy unhealthy."""
     expected_status: Annotated[int, Field(ge=100, le=599)] = 204
+    """The HTTP status a successful probe answers (redirects are not followed)."""
     expect_body: Annotated[str | None, Field(max_length=1024)] = None
+    """Text the first 1 MiB of the answer's body must contain; unset: the body is not read."""
 
 
 class Endpoint(_Model):
     """An External proxy's address and optional credentials (Secret keys username/password)."""
 
     scheme: Literal["http", "https"] = "http"
+    """How crawlers and the prober speak to the proxy: plain http, or TLS to the proxy (https)."""
     host: Annotated[str, Field(min_length=1, max_length=253)]
+    """The proxy's host name or IP address, handed to crawlers as is."""
     port: Annotated[int, Field(ge=1, le=65535)]
+    """The proxy's TCP port."""
     credentials_secret_ref: SecretRef | None = None
+    """A Secret with keys `username` and `password` for proxy authentication.
+
+    It must carry the label `crawl.example.com/proxy-credentials`. Unset: the
+    proxy needs no credentials.
+    """
 
 
 class CloudInit(_Model):
     """User data merged into a GCE VM's cloud-init (the Secret must carry the cloud-init label)."""
 
     secret_ref: SecretRef
+    """The Secret whose key `user-data` is merged; a change to it replaces the VM."""
 
 
 class KubernetesSpec(_Model):
-    """A Squid pod in the operator's cluster, meeting Pod Security "restricted".
-
-    The pod runs as `runAsUser`/`runAsGroup` (the squid image's `proxy` user,
-    13/13 on Ubuntu and Debian images; set them for an image whose squid
-    user differs), never as root. `resources` replaces the default
-    requests and limits whole. `image` unset: the operator's `--squid-image`
-    (default `ubuntu/squid:6.10-24.10_beta`).
-    """
+    """A Squid pod in the operator's cluster, meeting Pod Security "restricted": never root."""
 
     image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    """The squid image; unset: the operator's `--squid-image` (`ubuntu/squid:6.10-24.10_beta`).
+
+    Its squid must be `/usr/sbin/squid` with `/usr/lib/squid/basic_ncsa_auth`.
+    """
     resources: dict[str, dict[str, str]] | None = None
+    """The squid container's `requests` and `limits` (a Pod's resources).
+
+    They replace the default (requests cpu 50m, memory 64Mi; limits cpu 1,
+    memory 256Mi) whole.
+    """
     run_as_user: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
+    """The UID squid runs as: the image's squid user (13, `proxy`, on Ubuntu and Debian).
+
+    Set it (and runAsGroup) for an image whose squid user differs.
+    """
     run_as_group: Annotated[int, Field(ge=1, le=2147483647)] = SQUID_IMAGE_UID
+    """The GID squid runs as, also the pod's fsGroup (13, `proxy`, on Ubuntu and Debian)."""
 
 
 class GcpSpec(_Model):
     """A GCE VM running Squid. zone, machineType and image have no defaults on purpose."""
 
     project: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    """The Google Cloud project of the VM; unset: the Google provider's default project.
+
+    The orphan GC and the instance poll cover only the operator's `--gcp-project`.
+    """
     zone: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    """The VM's zone, e.g. `europe-west4-b` (required; a change replaces the VM)."""
     machine_type: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """The VM's machine type, e.g. `e2-small` (required; a change replaces the VM)."""
     image: Annotated[str, Field(min_length=1, max_length=512)] | None = None
+    """The VM's boot image (required; a change replaces the VM)."""
     network: Annotated[str, Field(max_length=512)] | None = None
+    """The VPC network (a change replaces the VM); unset with no subnetwork: `default`."""
     subnetwork: Annotated[str, Field(max_length=512)] | None = None
+    """The subnetwork (e.g. of a Shared VPC); a change replaces the VM."""
     tags: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=64)] = []
+    """Network tags put on the VM beside its own name; updated in place."""
     allowed_source_ranges: Annotated[
         list[Annotated[str, Field(max_length=64)]], Field(max_length=64)
     ] = []
+    """CIDR ranges a firewall rule lets reach squid's port; empty: no rule is created.
+
+    List the egress ranges of the crawlers and of the operator (it probes the proxy).
+    """
 
 
 class ProxySpec(_Model):
@@ -169,10 +214,12 @@ class ProxySpec(_Model):
     attributes: Annotated[
         dict[str, Annotated[str, Field(max_length=253)]], Field(max_length=64)
     ] = {}
+    """Name-value pairs a lease request's selector matches by equality (e.g. region: eu)."""
     health_check: HealthCheck = HealthCheck()
     endpoint: Endpoint | None = None
     cloud_init: CloudInit | None = None
     max_leases: Annotated[int, Field(ge=1, le=1000)] = 1
+    """Leases the proxy may hold at once (1: exclusive to one lease)."""
     kubernetes: KubernetesSpec | None = None
     gcp: GcpSpec | None = None
 
@@ -189,11 +236,16 @@ class Condition(_Model):
     """A metav1.Condition."""
 
     type: str
+    """The condition's type, e.g. Ready, Provisioned or Healthy."""
     status: ConditionStatus
     reason: str
+    """A CamelCase word for why the condition has its status."""
     message: str = ""
+    """A human-readable detail of the reason."""
     last_transition_time: str
+    """When the status last changed (RFC 3339)."""
     observed_generation: int | None = None
+    """The metadata.generation the condition was set for."""
 
 
 class Phase(StrEnum):
@@ -216,10 +268,15 @@ class Backoff(_Model):
     """Failures in a row of a Proxy's instance or stack operations, and when it tries again."""
 
     failures: Annotated[int, Field(ge=0)] = 0
+    """Failures in a row."""
     last_failure_time: str | None = None
-    next_retry_time: str | None = None  # None once the retry has run
-    failed_instance: str | None = None  # the incarnation that failed (a pod UID), if any
-    generation: int | None = None  # the spec generation that failed
+    """When the last failure happened (RFC 3339)."""
+    next_retry_time: str | None = None
+    """When the operator tries again (RFC 3339); unset once the retry has run."""
+    failed_instance: str | None = None
+    """The incarnation that failed (a pod UID), if any."""
+    generation: int | None = None
+    """The spec generation that failed."""
 
 
 class ProxyStatus(_Model):
@@ -227,15 +284,24 @@ class ProxyStatus(_Model):
 
     phase: Phase | None = None
     observed_generation: int | None = None
+    """The metadata.generation the operator last reconciled."""
     ip: str | None = None
+    """The address crawlers reach the proxy at (a pod IP, a VM's external IP, endpoint.host)."""
     port: int | None = None
+    """The proxy's TCP port."""
     instance_id: str | None = None
+    """What runs the proxy: `pods/<namespace>/<name>` or `zones/<zone>/instances/<name>`."""
     stack: str | None = None
+    """The Pulumi stack that provisions the proxy (`<namespace>.<name>`)."""
     credentials_secret: str | None = None
+    """The Secret with the managed proxy's generated credentials (`username`, `password`)."""
     latency_millis: int | None = None
+    """The last reported probe's latency in milliseconds; unset while unhealthy."""
     last_health_check_time: str | None = None
+    """When the health engine last reported a verdict or a changed latency (RFC 3339)."""
     backoff: Backoff | None = None
     conditions: list[Condition] = []
+    """Provisioned and Healthy, and the summary Ready, Reconciling and Stalled."""
 
 
 PROVISIONED = "Provisioned"

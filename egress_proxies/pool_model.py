@@ -30,8 +30,14 @@ SCALING_LIMITED = "ScalingLimited"
 
 
 class _Model(BaseModel):
+    """camelCase on the wire, unknown fields rejected; a field docstring is its description."""
+
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -47,6 +53,7 @@ class TemplateMetadata(_Model):
     """Labels put on every Proxy of the pool (beside the pool's own label)."""
 
     labels: Labels = {}
+    """Labels for every Proxy of the pool, e.g. a shard label so the pool's shard runs them."""
 
 
 class ProxyTemplate(_Model):
@@ -69,16 +76,22 @@ class Strategy(_Model):
     )
 
     max_surge: Annotated[int, Field(ge=0, le=100)] = 1
+    """Proxies the pool may run above `replicas` while it replaces stale ones."""
     max_unavailable: Annotated[int, Field(ge=0, le=100)] = 0
+    """Ready Proxies below `replicas` the pool may fall to while it drains."""
 
 
 class Rotation(_Model):
     """When a Proxy is replaced: banned `maxBans` times within `banWindowSeconds`, or too old."""
 
     max_age_seconds: Seconds | None = None
+    """A Proxy this old (seconds since creation, at least 60) is replaced; unset: never."""
     max_bans: Annotated[int, Field(ge=1, le=10000)] | None = None
+    """A Proxy reported banned this many times (any target) is replaced; unset: never."""
     ban_window_seconds: Seconds = 600
+    """The window, in seconds, in which bans count toward `maxBans`."""
     min_available: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Ready Proxies the pool never drains below (at most `replicas`)."""
 
 
 class Autoscale(_Model):
@@ -98,14 +111,19 @@ class Autoscale(_Model):
     )
 
     min_replicas: Annotated[int, Field(ge=0, le=1000)] = 1
+    """The fewest replicas the autoscaler sets."""
     max_replicas: Annotated[int, Field(ge=1, le=1000)]
-    # Active leases ÷ capacity of the Ready proxies, in percent, that asks for more.
+    """The most replicas the autoscaler sets; at it, ScalingLimited is True."""
     target_utilization_percent: Annotated[int, Field(ge=1, le=100)] = 80
-    # Lease requests answered 409 at capacity per minute that ask for more.
+    """Active leases ÷ capacity of the Ready Proxies, in percent, that scales up."""
     scale_up_on_waiting: Annotated[int, Field(ge=1, le=100000)] = 1
+    """Lease requests refused at capacity within a minute that scale up (when none is free)."""
     scale_up_step: Annotated[int, Field(ge=1, le=100)] = 1
+    """Replicas added per step up; the next step waits until the last one is Ready."""
     scale_down_delay_seconds: Seconds = 300
+    """Seconds of continuous low use before the pool scales down."""
     min_idle: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Unleased Proxies kept beside the leased ones when scaling down."""
 
 
 class ProxyPoolSpec(_Model):
@@ -132,6 +150,7 @@ class ProxyPoolSpec(_Model):
     )
 
     replicas: Annotated[int, Field(ge=0, le=1000)] = 1
+    """How many Proxies the pool keeps (also set by `kubectl scale`, or by autoscale)."""
     template: ProxyTemplate
     strategy: Strategy = Strategy()
     rotation: Rotation = Rotation()
@@ -142,21 +161,34 @@ class Demand(_Model):
     """The lease demand the pool's Proxies see (published by the discovery tier)."""
 
     active_leases: int = 0
+    """Leases the pool's Proxies hold now."""
     capacity: int = 0
+    """The sum of maxLeases over the pool's Ready, non-draining Proxies."""
     waiting_per_minute: int = 0
+    """Lease requests refused at capacity within the last minute, since the last scaling step."""
 
 
 class ProxyPoolStatus(_Model):
     """What the pool controller observed and decided."""
 
     replicas: int = 0
+    """The pool's Proxies that are not draining."""
     ready_replicas: int = 0
+    """The non-draining Proxies in phase Ready."""
     leased_replicas: int = 0
+    """The Proxies (draining or not) holding at least one lease."""
     draining_replicas: int = 0
+    """The Proxies being drained: leased no more, deleted when their leases end."""
     updated_replicas: int = 0
+    """The non-draining Proxies made from the current template."""
     selector: str = ""
+    """The label selector of the pool's Proxies (for the scale subresource)."""
     observed_generation: int | None = None
+    """The metadata.generation the controller last acted on."""
     demand: Demand | None = None
     low_use_since: str | None = None
+    """Since when use has stayed low enough to scale down (RFC 3339); unset: not low."""
     last_scale_time: str | None = None
+    """When the autoscaler last changed `replicas` (RFC 3339)."""
     conditions: list[Condition] = []
+    """Available, Progressing, ScalingLimited, and the summary Ready, Reconciling and Stalled."""

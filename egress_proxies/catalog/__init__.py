@@ -1,6 +1,6 @@
 """The read model of the fleet: one ProxyRecord per addressable Proxy.
 
-The operator keeps these in a kopf index (no API call per read); the health
+The operator keeps these in its watch-fed fleet (no API call per read); the health
 engine takes its probe targets from them and the discovery API its
 candidates. Building a record is pure: the caller resolves the credentials
 Secret.
@@ -57,7 +57,7 @@ class ProxyRecord:
 
 
 class ProxyCatalog(Protocol):
-    """A source of the current records (the operator's kopf index, or a list in tests)."""
+    """A source of the current records (the operator's watch-fed fleet, or a list in tests)."""
 
     def records(self) -> Sequence[ProxyRecord]:
         """A snapshot of every addressable proxy."""

@@ -5,8 +5,8 @@ every store operation first ends all that are due. So they are kept in the order
 they ended and forgotten from the front, with no heap and nothing allocated per
 lease but its slot in a dict, in a deque of ids and in an array of the times
 they are forgotten at. At a few thousand leases a second the window holds
-hundreds of thousands of them, so each byte kept per lease counts (docs/api.md
-"Fifth round": 248 bytes a released lease, 412 with a heap entry each).
+hundreds of thousands of them, so each byte kept per lease counts (248 bytes a
+released lease, 412 with a heap entry each; tests/unit/test_ended_leases.py).
 
 Should the clock step backwards, a lease ended after the step is forgotten
 only once those ended before it are: a late report on it lands for up to the

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -190,28 +189,46 @@ async def test_a_proxy_that_is_not_running_fails_fast(
     assert result.latency_seconds < 0.5
 
 
-async def test_a_proxy_that_accepts_and_never_answers_is_bounded_by_the_timeout(
+async def test_a_proxy_that_accepts_and_answers_too_late_is_bounded_by_the_timeout(
     prober: HttpProber, http_origin: Origin
 ) -> None:
+    # Decided by the order of the loop's timers (they fire in deadline order however
+    # busy the machine is), not by a stopwatch: the 1 s probe is still waiting 0.99 s
+    # after it starts, and has given up before the proxy would answer, at 1.5 s (had
+    # the probe waited that long, it would have succeeded).
     accepted: list[asyncio.StreamWriter] = []
+    loop = asyncio.get_running_loop()
+    waiting_at_0_99: list[bool] = []
 
     async def swallow(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         accepted.append(writer)
 
-    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        started = time.monotonic()
-        result = await prober.probe(record(("127.0.0.1", port), http_origin.url))
-        elapsed = time.monotonic() - started
-    finally:
+    def answer_too_late() -> None:
+        for writer in accepted:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+
+    def hang_up() -> None:
         for writer in accepted:
             writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    timers: list[asyncio.TimerHandle] = []
+    try:
+        probing = asyncio.create_task(prober.probe(record(("127.0.0.1", port), http_origin.url)))
+        timers.append(loop.call_later(0.99, lambda: waiting_at_0_99.append(not probing.done())))
+        await asyncio.sleep(0)  # the probe has started, and with it its timeout
+        timers.append(loop.call_later(1.5, answer_too_late))
+        result = await probing
+    finally:
+        for timer in timers:
+            timer.cancel()
+        hang_up()
         server.close()
         await server.wait_closed()
     assert (result.failure, result.detail) == (Failure.TIMEOUT, "no answer within 1 s")
     assert accepted, "the proxy accepted the connection"
-    assert 0.99 <= elapsed < 1.5
+    assert waiting_at_0_99 == [True]
 
 
 async def test_targets_see_no_tracing_credentials_or_forwarding_headers(

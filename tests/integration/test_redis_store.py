@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -86,18 +87,30 @@ async def test_a_stopped_redis_is_a_quick_error_and_a_restarted_one_serves_again
 
 
 async def test_a_frozen_redis_times_out_within_the_timeout(own_redis: RedisServer) -> None:
+    # Decided by the order of the loop's timers (they fire in deadline order however
+    # busy the machine is), not by a stopwatch: the acquire is still waiting 0.4 s
+    # after it starts, and has given up before redis answers again 0.7 s after.
     store = RedisLeaseStore(own_redis.url, prefix="frozen", timeout=0.5)
+    loop = asyncio.get_running_loop()
+    waiting_at_0_4: list[bool] = []
     try:
         await store.ping()
         own_redis.pause()
+        timers: list[asyncio.TimerHandle] = []
         try:
-            started = time.monotonic()
-            with pytest.raises(StoreUnavailableError):
-                await store.acquire(CandidatePool.of([record("only")]), None, 60)
-            elapsed = time.monotonic() - started
+            acquiring = asyncio.create_task(
+                store.acquire(CandidatePool.of([record("only")]), None, 60)
+            )
+            timers.append(loop.call_later(0.4, lambda: waiting_at_0_4.append(not acquiring.done())))
+            await asyncio.sleep(0)  # the acquire has started, and with it its timeout
+            timers.append(loop.call_later(0.5 + 0.2, own_redis.resume))
+            with pytest.raises(StoreUnavailableError, match="TimeoutError"):
+                await acquiring
         finally:
+            for timer in timers:
+                timer.cancel()
             own_redis.resume()
-        assert 0.4 < elapsed < 0.5 + 0.2, elapsed
+        assert waiting_at_0_4 == [True]
         await store.ping()
     finally:
         await store.close()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.catalog.sinks import ProxySink, SecretSink
 from egress_proxies.kube import KubeApiError, KubeClient
+from egress_proxies.kube.client import JsonObject
 from egress_proxies.kube.reflector import GONE, Reflector
 from egress_proxies.model import UID_LABEL
 from harness.cluster import wait_for
@@ -17,12 +19,44 @@ from harness.operator import proxy_path
 from harness.tier import external_proxy, report_healthy
 
 
+class CountingWatches:
+    """The client, counting the watches a reflector starts."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+        self.watches = 0
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JsonObject | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> JsonObject:
+        """The client's request."""
+        return await self._client.request(
+            method, path, body=body, params=params, content_type=content_type
+        )
+
+    def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncIterator[JsonObject]:
+        """The client's watch, counted."""
+        self.watches += 1
+        return self._client.watch(
+            path, resource_version=resource_version, timeout_seconds=timeout_seconds
+        )
+
+
 async def test_mirrors_proxies_and_their_status_into_a_fleet(
     kube: KubeClient, namespace: str
 ) -> None:
     await kube.create(proxy_path(namespace), external_proxy("listed", 3128))
     fleet = Fleet()
-    reflector = Reflector(kube, proxy_path(namespace), ProxySink(fleet), watch_timeout=5)
+    client = CountingWatches(kube)
+    reflector = Reflector(client, proxy_path(namespace), ProxySink(fleet), watch_timeout=5)
     task = asyncio.create_task(reflector.run())
     try:
         await asyncio.wait_for(reflector.synced.wait(), 10)
@@ -47,8 +81,12 @@ async def test_mirrors_proxies_and_their_status_into_a_fleet(
             return [r.name for r in fleet.records()] == ["watched"]
 
         await wait_for(listed_is_gone, timeout=10)
+
         # The server ends each watch after watch_timeout; the reflector resumes, never relists.
-        await asyncio.sleep(6)
+        async def resumed() -> bool:
+            return client.watches >= 2
+
+        await wait_for(resumed, timeout=15)
         assert reflector.lists == 1
         assert reflector.errors == 0
     finally:

@@ -90,3 +90,38 @@ def test_pool_has_the_scale_subresource_and_columns() -> None:
     }
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Desired", "Current", "Ready", "Leased", "Draining", "Age"]
+
+
+def explain_paths(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every path `kubectl explain` accepts below `path`, with its schema.
+
+    explain steps through a list's items and a map's values without naming
+    them: `proxy.status.conditions.reason` is a field of each condition.
+    """
+    found: list[tuple[str, dict[str, Any]]] = []
+    for name, prop in schema.get("properties", {}).items():
+        found.append((f"{path}.{name}", prop))
+        found += explain_paths(prop, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            found += explain_paths(schema[key], path)
+    return found
+
+
+def test_every_field_of_both_crds_has_a_description() -> None:
+    for definition in (crd.proxy_crd(), crd.proxy_pool_crd()):
+        root = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        kind = definition["spec"]["names"]["singular"]
+        paths = explain_paths(root, kind)
+        assert len(paths) > 50, paths  # the walk reached the nested fields
+        assert root["description"]
+        # The API server forbids a description on metadata and publishes ObjectMeta's.
+        undescribed = [
+            path
+            for path, schema in paths
+            if not schema.get("description") and path != f"{kind}.metadata"
+        ]
+        assert undescribed == [], (
+            "give each field a docstring in model.py or pool_model.py (it is what "
+            "`kubectl explain` prints), then render crds/ again"
+        )
