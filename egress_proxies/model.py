@@ -173,6 +173,13 @@ class ProxySpec(_Model):
     endpoint: Endpoint | None = None
     cloud_init: CloudInit | None = None
     max_leases: Annotated[int, Field(ge=1, le=1000)] = 1
+    cordoned: Annotated[
+        bool,
+        Field(
+            description="No new leases while true: leases held already run to their end. "
+            "Set with kubectl or the fleet console; the instance keeps running."
+        ),
+    ] = False
     kubernetes: KubernetesSpec | None = None
     gcp: GcpSpec | None = None
 
