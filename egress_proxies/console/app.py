@@ -43,6 +43,7 @@ _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "icon.svg": "image/svg+xml",
 }
 
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -94,6 +95,7 @@ def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Appli
         ("GET", f"{PREFIX}/", _static("index.html")),
         ("GET", f"{PREFIX}/static/console.js", _static("console.js")),
         ("GET", f"{PREFIX}/static/console.css", _static("console.css")),
+        ("GET", f"{PREFIX}/static/icon.svg", _static("icon.svg")),
         ("GET", f"{API}/session", user(handlers.session)),
         ("GET", f"{API}/fleet", user(handlers.fleet)),
         ("GET", f"{API}/sites", user(handlers.sites)),

@@ -6,7 +6,7 @@ const API = "/console/api/v1";
 const POLL_MS = 1000;
 const SVG = "http://www.w3.org/2000/svg";
 const state = { token: sessionStorage.getItem("consoleToken"), session: null, timer: null,
-  sort: {}, filters: { pool: "", phase: "", attr: "", text: "" }, generation: 0 };
+  sort: {}, filters: { pool: "", phase: "", attr: "" }, generation: 0, shown: null, drawnAt: 0 };
 
 function $(id) { return document.getElementById(id); }
 
@@ -98,9 +98,9 @@ function select(id, label, options, current, onchange) {
 async function act(path, body) {
   try {
     await api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
-    $("problem").textContent = "";
+    $("action-error").textContent = "";
   } catch (error) {
-    $("problem").textContent = error.message;
+    $("action-error").textContent = error.message;
   }
   refresh();
 }
@@ -276,13 +276,19 @@ async function refresh() {
   try {
     const data = await api(view.path(argument));
     if (generation !== state.generation) return;
+    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    $("problem").textContent = "";
+    // Unchanged data is drawn again only every 10 s (ages move): a click seldom lands
+    // on a row being replaced.
+    const shown = JSON.stringify([name, argument, state.sort, state.filters, { ...data, now: 0 }]);
+    if (shown === state.shown && Date.now() - state.drawnAt < 10000) return;
+    state.shown = shown;
+    state.drawnAt = Date.now();
     const focused = document.activeElement && document.activeElement.id;
     $("toolbar").replaceChildren(...(view.toolbar ? view.toolbar(data) : []));
     $("content").replaceChildren(view.render(data));
     if (focused && $(focused)) $(focused).focus();
     $("content").dataset.view = name;
-    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-    $("updated").dataset.at = String(Date.now());
   } catch (error) {
     if (generation !== state.generation) return;
     if (error.status === 401) { logout("That token no longer opens the console."); return; }

@@ -1,0 +1,223 @@
+"""The console in a real browser: Debian's headless Chromium, driven with Selenium.
+
+Each test logs in through the page, as a person would, and watches the page
+change while the fleet and the crawlers (through the real discovery API)
+change underneath it: no reload, only the page's own polling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver import Chrome
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+
+from egress_proxies.kube.resources import PROXIES
+from harness.browser import chromium, wait_until
+from harness.console import ConsoleSite, proxy_body
+from tests.integration.console.conftest import Tokens
+
+SITE = "shop.example"
+NOTHING = "\N{EN DASH}"  # what a cell shows for no value
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chrome]:
+    with chromium() as driver:
+        yield driver
+
+
+def log_in(browser: Chrome, site: ConsoleSite, token: str, view: str = "fleet") -> None:
+    browser.get(f"{site.console}/console/#/{view}")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    field = wait_until(browser, lambda b: b.find_element(By.ID, "token"))
+    field.send_keys(token)
+    browser.find_element(By.ID, "open").click()
+    wait_until(browser, lambda b: b.find_element(By.ID, "view").is_displayed())
+
+
+def row(browser: Chrome, key: str) -> WebElement | None:
+    found = browser.find_elements(By.CSS_SELECTOR, f'tr[data-key="{key}"]')
+    return found[0] if found else None
+
+
+def cell(browser: Chrome, key: str, column: str) -> str | None:
+    """The text of a row's cell, None while the row is absent or being redrawn."""
+    try:
+        found = row(browser, key)
+        if found is None:
+            return None
+        return str(found.find_element(By.CSS_SELECTOR, f'td[data-col="{column}"]').text)
+    except StaleElementReferenceException:
+        return None
+
+
+def text(browser: Chrome, element_id: str) -> str | None:
+    """An element's text, None while it is absent or being redrawn."""
+    try:
+        found = browser.find_elements(By.ID, element_id)
+        return str(found[0].text) if found else None
+    except StaleElementReferenceException:
+        return None
+
+
+def number(browser: Chrome, element_id: str) -> float | None:
+    shown = text(browser, element_id)
+    return None if shown is None else float(shown)
+
+
+def click(browser: Chrome, key: str, action: str) -> None:
+    """Click a row's action button, again if the row was redrawn meanwhile."""
+
+    def clicked(b: Chrome) -> bool:
+        try:
+            found = row(b, key)
+            if found is None:
+                return False
+            found.find_element(By.CSS_SELECTOR, f'button[data-action="{action}"]').click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait_until(browser, clicked)
+
+
+def mark_page(browser: Chrome) -> None:
+    """A marker a reload would lose: the page must update in place."""
+    browser.execute_script("window.sameDocument = true")
+
+
+def still_same_page(browser: Chrome) -> bool:
+    return bool(browser.execute_script("return window.sameDocument === true"))
+
+
+def crawler(site: ConsoleSite, tokens: Tokens) -> httpx.Client:
+    return httpx.Client(
+        base_url=site.discovery, headers={"Authorization": f"Bearer {tokens.crawler}"}
+    )
+
+
+def lease(client: httpx.Client, status: int = 201, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/leases", json={"ttlSeconds": 60} | body)
+    assert response.status_code == status, response.text
+    granted: dict[str, Any] = response.json()
+    return granted
+
+
+def errors_logged(browser: Chrome) -> list[str]:
+    """The page's error messages since last asked (a CSP violation, a script error)."""
+    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_a_proxy_appears_and_becomes_ready_live(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    errors_logged(browser)
+    log_in(browser, site, tokens.viewer)
+    wait_until(browser, lambda b: text(b, "fleet-count") == "0 proxies")
+    mark_page(browser)
+
+    site.put(
+        proxy_body("fresh", phase="Provisioning", healthy=None, address=None, latency_millis=None)
+    )
+    wait_until(browser, lambda b: cell(b, "crawl/fresh", "phase") == "Provisioning")
+    assert cell(browser, "crawl/fresh", "ready") == NOTHING
+
+    site.put(proxy_body("fresh", latency_millis=23))
+    wait_until(browser, lambda b: cell(b, "crawl/fresh", "ready") == "True")
+    assert cell(browser, "crawl/fresh", "phase") == "Ready"
+    assert cell(browser, "crawl/fresh", "address") == "127.0.0.1:3128"
+    assert still_same_page(browser)
+    assert errors_logged(browser) == []
+
+
+def test_a_sites_pace_drops_after_a_rate_limited_report(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("a"))
+    with crawler(site, tokens) as client:
+        granted = lease(client, target=SITE)
+        report = f"/v1/leases/{granted['leaseId']}/report"
+        assert client.post(report, json={"result": "ok", "count": 5}).status_code == 200
+        log_in(browser, site, tokens.viewer, view=f"sites/{SITE}")
+        wait_until(browser, lambda b: text(b, "site-name") == SITE and number(b, "site-pace"))
+        shown = number(browser, "site-pace")
+        assert shown is not None and shown > 0
+        before: float = shown
+        assert text(browser, "site-limited") == "0"
+        mark_page(browser)
+
+        limited = client.post(report, json={"result": "rate_limited"})
+        assert limited.status_code == 200, limited.text
+
+    wait_until(browser, lambda b: (number(b, "site-pace") or before) < before)
+    assert text(browser, "site-limited") == "1"
+    assert browser.find_elements(By.CSS_SELECTOR, "#pace-chart line.limit")
+    assert still_same_page(browser)
+
+
+def test_cordoning_a_proxy_stops_the_lease_api_offering_it(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("a", latency_millis=5))
+    site.put(proxy_body("b", latency_millis=50))
+    log_in(browser, site, tokens.actor)
+    wait_until(browser, lambda b: cell(b, "crawl/a", "cordoned") == "no")
+
+    click(browser, "crawl/a", "cordon")
+    wait_until(browser, lambda b: cell(b, "crawl/a", "cordoned") == "yes")
+
+    assert site.objects.patches == [(PROXIES.path("crawl", "a"), {"spec": {"cordoned": True}})]
+    [(regarding, kind, reason, message)] = site.events.events
+    assert (regarding.kind, regarding.name, kind, reason) == ("Proxy", "a", "Normal", "Cordoned")
+    assert "alice" in message
+    with crawler(site, tokens) as client:
+        listed = client.get("/v1/proxies", params={"healthy": "true"}).json()
+        assert [proxy["name"] for proxy in listed["proxies"]] == ["b"]
+        assert lease(client)["proxy"]["name"] == "b"  # a has the lower latency, but is cordoned
+        assert lease(client, status=409)["error"] == "no_match"
+
+
+def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("a"))
+    log_in(browser, site, tokens.viewer)
+    wait_until(browser, lambda b: cell(b, "crawl/a", "cordoned") == "no")
+    assert browser.find_elements(By.CSS_SELECTOR, "button[data-action]") == []
+    assert text(browser, "who") == "bob (view)"
+
+    forged = httpx.post(
+        f"{site.console}/console/api/v1/proxies/crawl/a/cordon",
+        json={"cordoned": True},
+        headers={"Authorization": f"Bearer {tokens.viewer}"},
+    )
+    assert forged.status_code == 403
+    assert forged.json()["error"] == "forbidden"
+    assert site.objects.patches == [] and site.events.events == []
+    assert cell(browser, "crawl/a", "cordoned") == "no"
+
+
+def test_a_crawler_token_opens_no_console(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    browser.get(f"{site.console}/console/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    wait_until(browser, lambda b: b.find_element(By.ID, "token")).send_keys(tokens.crawler)
+    browser.find_element(By.ID, "open").click()
+
+    wait_until(browser, lambda b: text(b, "login-error") == "Not a console token.")
+    assert not browser.find_element(By.ID, "view").is_displayed()
+    assert browser.execute_script("return sessionStorage.getItem('consoleToken')") is None
+    refused = httpx.get(
+        f"{site.console}/console/api/v1/fleet",
+        headers={"Authorization": f"Bearer {tokens.crawler}"},
+    )
+    assert refused.status_code == 401
