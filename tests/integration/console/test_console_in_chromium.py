@@ -112,7 +112,8 @@ def lease(client: httpx.Client, status: int = 201, **body: Any) -> dict[str, Any
 
 def errors_logged(browser: Chrome) -> list[str]:
     """The page's error messages since last asked (a CSP violation, a script error)."""
-    return [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    entries: list[dict[str, Any]] = browser.execute("getLog", {"type": "browser"})["value"]
+    return [entry["message"] for entry in entries if entry["level"] == "SEVERE"]
 
 
 def test_a_proxy_appears_and_becomes_ready_live(
