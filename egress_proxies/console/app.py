@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.abc import AbstractAccessLogger
 
 from egress_proxies.console.handlers import ConsoleHandlers
 from egress_proxies.console.sampler import Sampler
@@ -84,6 +85,16 @@ def _answered(route: Route) -> Route:
     return answer
 
 
+class AccessLogger(AbstractAccessLogger):
+    """One line per request without its query string: a token pasted into a URL stays out."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        """Log method, path, status and seconds taken."""
+        self.logger.info(
+            "console %s %s %d %.3fs", request.method, request.path, response.status, time
+        )
+
+
 def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Application:
     """The console over `handlers`; `sampler` runs while the app is served."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -125,7 +136,7 @@ def _sampling(sampler: Sampler) -> Callable[[web.Application], AsyncIterator[Non
 
 async def start_console(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Serve `app` on host:port; stop it with `await runner.cleanup()`."""
-    runner = web.AppRunner(app, max_line_size=MAX_LINE_BYTES)
+    runner = web.AppRunner(app, max_line_size=MAX_LINE_BYTES, access_log_class=AccessLogger)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
