@@ -103,10 +103,11 @@ class LeaseBook:
             known.granted_at if known else now,
             lease.expires_at,
         )
-        if lease.target is not None and lease.pace is not None:
+        if lease.target is not None:
             book = self._target(lease.target, now)
-            book.paces[lease.proxy.key] = (lease.pace.rate, now)
-            book.waiting_held = lease.pace.waiting_held
+            if lease.pace is not None:
+                book.paces[lease.proxy.key] = (lease.pace.rate, now)
+                book.waiting_held = lease.pace.waiting_held
 
     def released(self, lease_id: LeaseId) -> None:
         """A lease ended on request."""
