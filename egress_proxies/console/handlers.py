@@ -103,6 +103,7 @@ class ConsoleHandlers:
                 "mayAct": user.may_act and self._actions is not None,
                 "pools": self._pools is not None,
                 "sampleSeconds": self._history.interval,
+                "historySeconds": self._history.span,
             }
         )
 

@@ -33,6 +33,7 @@ class History:
         if interval <= 0 or span < interval:
             raise ValueError("the history needs 0 < interval <= span")
         self.interval = interval
+        self.span = span
         self._size = math.ceil(span / interval)
         self._max_series = max_series
         self._times = array("d", [math.nan]) * self._size

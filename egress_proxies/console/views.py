@@ -133,6 +133,7 @@ def site_view(target: str, book: LeaseBook, history: History, now: float) -> Jso
         "now": now,
         "paces": paces,
         "paceHistory": {
+            "spanSeconds": history.span,
             "times": history.times(),
             "values": _rounded(history.series((PACE, target))),
         },

@@ -47,7 +47,7 @@ function sparkline(values) {
   svg.setAttribute("viewBox", "0 0 90 18");
   const known = values.map((v, i) => [i, v]).filter(([, v]) => v !== null);
   if (known.length > 0) {
-    const max = Math.max(...known.map(([, v]) => v), 1);
+    const max = 1.25 * Math.max(...known.map(([, v]) => v), 1);
     const step = 90 / Math.max(values.length - 1, 1);
     const line = document.createElementNS(SVG, "polyline");
     line.setAttribute("points", known.map(([i, v]) => `${(i * step).toFixed(1)},${(17 - 16 * v / max).toFixed(1)}`).join(" "));
@@ -132,7 +132,7 @@ const views = {
         { id: "phase", title: "Phase", value: (p) => p.phase },
         { id: "ready", title: "Ready", value: (p) => p.ready, cell: (p) => yesNo(p.ready) },
         { id: "healthy", title: "Health", value: (p) => p.healthy, cell: (p) => yesNo(p.healthy) },
-        { id: "latency", title: "Latency (1 h)", value: (p) => p.latencyMillis,
+        { id: "latency", title: `Latency (${ago(state.session.historySeconds)})`, value: (p) => p.latencyMillis,
           cell: (p) => el("span", {}, sparkline(p.latencyHistory), ` ${p.latencyMillis === null ? "–" : p.latencyMillis + " ms"}`) },
         { id: "address", title: "Egress", value: (p) => p.address },
         { id: "leases", title: "Leases", numeric: true, value: (p) => p.leases, cell: (p) => `${p.leases} / ${p.maxLeases}` },
@@ -237,8 +237,8 @@ function chart(data) {
   svg.setAttribute("class", "chart");
   svg.setAttribute("id", "pace-chart");
   svg.setAttribute("viewBox", "0 0 900 220");
-  const times = data.paceHistory.times, values = data.paceHistory.values;
-  const start = times.length ? Math.min(times[0], data.now - 3600) : data.now - 3600;
+  const times = data.paceHistory.times, values = data.paceHistory.values, span = data.paceHistory.spanSeconds;
+  const start = times.length ? Math.min(times[0], data.now - span) : data.now - span;
   const x = (t) => 40 + 850 * (t - start) / Math.max(data.now - start, 1);
   const max = Math.max(1e-3, ...values.filter((v) => v !== null), data.fleetPace);
   const y = (v) => 205 - 190 * v / max;
@@ -253,7 +253,7 @@ function chart(data) {
     for (const [name, value] of [["x1", x(at)], ["x2", x(at)], ["y1", 10], ["y2", 205]]) mark.setAttribute(name, value.toFixed(1));
     svg.append(mark);
   }
-  for (const [text, px, py] of [[max.toFixed(2) + "/s", 2, 18], ["0", 2, 205], ["1 h ago", 40, 218], ["now", 870, 218]]) {
+  for (const [text, px, py] of [[max.toFixed(2) + "/s", 2, 18], ["0", 2, 205], [ago(data.now - start) + " ago", 40, 218], ["now", 870, 218]]) {
     const label = document.createElementNS(SVG, "text");
     label.setAttribute("x", px); label.setAttribute("y", py); label.textContent = text;
     svg.append(label);
