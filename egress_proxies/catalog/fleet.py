@@ -79,6 +79,9 @@ class Fleet:
         self._secrets: dict[SecretKey, dict[str, str]] = {}
         self._records: dict[ProxyKey, ProxyRecord | None] = {}
         self._snapshot: tuple[ProxyRecord, ...] | None = None
+        # Bumped by every change of a Proxy body: a reader's cache of bodies is current
+        # while it is unchanged (the fleet console's).
+        self.version = 0
 
     def __repr__(self) -> str:
         addressable = sum(1 for record in self._current().values() if record is not None)
@@ -100,6 +103,7 @@ class Fleet:
         self._by_uid[meta["uid"]] = key
         self._records.pop(key, None)
         self._snapshot = None
+        self.version += 1
 
     def remove_proxy(self, namespace: str, name: str) -> None:
         """Forget a deleted Proxy."""
@@ -110,6 +114,7 @@ class Fleet:
             self._by_uid.pop(json.loads(body)["metadata"]["uid"], None)
         self._records.pop(key, None)
         self._snapshot = None
+        self.version += 1
 
     def proxy_by_uid(self, uid: str) -> Mapping[str, Any] | None:
         """The latest body of the Proxy with this UID, if known."""

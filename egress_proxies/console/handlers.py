@@ -22,6 +22,7 @@ from egress_proxies.console.views import (
     fleet_view,
     leases_view,
     pools_view,
+    proxy_facts,
     site_view,
     sites_view,
 )
@@ -39,6 +40,11 @@ class ProxyBodies(Protocol):
 
     def proxies(self) -> list[Mapping[str, Any]]:
         """Every known Proxy body."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever any body does."""
         ...
 
 
@@ -83,6 +89,9 @@ class ConsoleHandlers:
         self._pools = pools
         self._events = events
         self._actions = actions
+        # The Fleet rows' facts, decoded again only when a body changed (most polls see none).
+        self._facts: list[dict[str, Any]] = []
+        self._facts_version: int | None = None
 
     def authenticated(self, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
         """`handler` called with the request's console user (401 without one)."""
@@ -112,7 +121,7 @@ class ConsoleHandlers:
         reject_query(request)
         counts = await self._store.active_counts()
         return _json(
-            fleet_view(self._fleet.proxies(), counts, self._book, self._history, self._clock.time())
+            fleet_view(self._proxy_facts(), counts, self._book, self._history, self._clock.time())
         )
 
     async def sites(self, request: web.Request, _: ConsoleUser) -> web.Response:
@@ -165,6 +174,13 @@ class ConsoleHandlers:
         wanted = await read_body(request, ScaleRequest)
         await actions.scale(user, namespace, name, wanted.replicas)
         return _json({"namespace": namespace, "name": name, "replicas": wanted.replicas})
+
+    def _proxy_facts(self) -> list[dict[str, Any]]:
+        version = self._fleet.version
+        if version != self._facts_version:
+            self._facts = [proxy_facts(body) for body in self._fleet.proxies()]
+            self._facts_version = version
+        return self._facts
 
     def _acting(self, request: web.Request, user: ConsoleUser) -> ConsoleActions:
         reject_query(request)

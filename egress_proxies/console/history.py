@@ -41,6 +41,7 @@ class History:
         self._series: dict[SeriesKey, array[float]] = {}
         self._last_sampled: dict[SeriesKey, int] = {}
         self._samples = 0  # samples recorded so far; the next goes to slot samples % size
+        self._sparklines: dict[tuple[SeriesKey, int], list[float | None]] = {}
         self.refused = 0  # values not kept because max_series were full
 
     def __repr__(self) -> str:
@@ -67,6 +68,7 @@ class History:
             ring[slot] = value
             self._last_sampled[key] = self._samples
         self._samples += 1
+        self._sparklines.clear()
         if self._samples % self._size == 0:
             self._drop_silent()
 
@@ -74,8 +76,17 @@ class History:
         """The series' values, oldest first, one per sample (None where none was recorded).
 
         With `points`, the samples are grouped into that many buckets, each the mean
-        of its values, for a sparkline.
+        of its values to a thousandth, for a sparkline.
         """
+        if points is not None:
+            # Asked for by every poll of every row, changed once per sample: kept until then.
+            cached = self._sparklines.get((key, points))
+            if cached is None:
+                cached = self._sparklines[(key, points)] = self._series_of(key, points)
+            return cached
+        return self._series_of(key, None)
+
+    def _series_of(self, key: SeriesKey, points: int | None) -> list[float | None]:
         values = self._series.get(key)
         order = self._order()
         raw: list[float | None] = [
@@ -90,7 +101,7 @@ class History:
                 for v in raw[bucket * len(raw) // points : (bucket + 1) * len(raw) // points]
                 if v is not None
             ]
-            buckets.append(sum(chunk) / len(chunk) if chunk else None)
+            buckets.append(round(sum(chunk) / len(chunk), 3) if chunk else None)
         return buckets
 
     def times(self) -> list[float]:

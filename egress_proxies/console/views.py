@@ -40,55 +40,49 @@ def _address(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str | None:
     return None
 
 
-def proxy_row(
-    body: Mapping[str, Any],
-    leases: Mapping[ProxyKey, int],
-    cooling: Mapping[ProxyKey, int],
-    book: LeaseBook,
-    history: History,
-) -> JsonObject:
-    """One Fleet row: identity, state, address, load, trouble and a latency sparkline."""
+def proxy_facts(body: Mapping[str, Any]) -> JsonObject:
+    """What a Fleet row shows of a Proxy's body: identity, state, address, limits."""
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
-    key = ProxyKey(f"{meta['namespace']}/{meta['name']}")
-    pool = (meta.get("labels") or {}).get(POOL_LABEL)
     return {
-        "key": key,
+        "key": f"{meta['namespace']}/{meta['name']}",
         "namespace": meta["namespace"],
         "name": meta["name"],
-        "pool": pool,
+        "pool": (meta.get("labels") or {}).get(POOL_LABEL),
         "provider": spec.get("provider") or "external",
         "phase": status.get("phase"),
         "ready": _condition(status, READY),
         "healthy": _condition(status, HEALTHY),
         "latencyMillis": status.get("latencyMillis"),
         "address": _address(spec, status),
-        "leases": leases.get(key, 0),
         "maxLeases": spec.get("maxLeases", 1),
-        "cooldowns": cooling.get(key, 0),
-        "bansLastDay": book.bans_last_day(key),
         "createdAt": meta.get("creationTimestamp"),
         "cordoned": bool(spec.get("cordoned")),
         "draining": bool((meta.get("annotations") or {}).get(DRAINING_ANNOTATION)),
         "attributes": spec.get("attributes") or {},
-        "latencyHistory": _rounded(history.series((LATENCY, key), SPARKLINE_POINTS)),
     }
 
 
 def fleet_view(
-    bodies: Iterable[Mapping[str, Any]],
+    facts: Iterable[JsonObject],
     leases: Mapping[ProxyKey, int],
     book: LeaseBook,
     history: History,
     now: float,
 ) -> JsonObject:
-    """Every Proxy, by namespace and name."""
+    """Every Proxy (`proxy_facts` of each body) with its load, trouble and latency sparkline."""
     cooling: dict[ProxyKey, int] = {}
     for key, _, _, _ in book.cooling():
         cooling[key] = cooling.get(key, 0) + 1
-    rows = sorted(
-        (proxy_row(body, leases, cooling, book, history) for body in bodies),
-        key=lambda row: row["key"],
-    )
+    rows = [
+        row
+        | {
+            "leases": leases.get(row["key"], 0),
+            "cooldowns": cooling.get(row["key"], 0),
+            "bansLastDay": book.bans_last_day(row["key"]),
+            "latencyHistory": history.series((LATENCY, row["key"]), SPARKLINE_POINTS),
+        }
+        for row in sorted(facts, key=lambda row: str(row["key"]))
+    ]
     return {"now": now, "proxies": rows, "count": len(rows)}
 
 

@@ -1,9 +1,9 @@
-// The egress-proxies console: hash routes, one poll per second of the shown view's JSON,
+// The egress-proxies console: hash routes, a poll every half second of the shown view's JSON,
 // tables built with textContent only (no HTML from data). No dependencies.
 "use strict";
 
 const API = "/console/api/v1";
-const POLL_MS = 1000;
+const POLL_MS = 500;
 const SVG = "http://www.w3.org/2000/svg";
 const state = { token: sessionStorage.getItem("consoleToken"), session: null, timer: null,
   sort: {}, filters: { pool: "", phase: "", attr: "" }, generation: 0, shown: null, drawnAt: 0 };
@@ -289,6 +289,7 @@ async function refresh() {
     $("content").replaceChildren(view.render(data));
     if (focused && $(focused)) $(focused).focus();
     $("content").dataset.view = name;
+    $("content").dataset.drawnAt = String(performance.timeOrigin + performance.now());
   } catch (error) {
     if (generation !== state.generation) return;
     if (error.status === 401) { logout("That token no longer opens the console."); return; }
