@@ -12,14 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webelement import WebElement
 
 from egress_proxies.kube.resources import PROXIES
 from harness.browser import chromium, wait_until
 from harness.console import ConsoleSite, proxy_body
+from harness.console_page import cell, click, log_in, mark_page, number, still_same_page, text
 from tests.integration.console.conftest import Tokens
 
 SITE = "shop.example"
@@ -30,71 +29,6 @@ NOTHING = "\N{EN DASH}"  # what a cell shows for no value
 def browser() -> Iterator[Chrome]:
     with chromium() as driver:
         yield driver
-
-
-def log_in(browser: Chrome, site: ConsoleSite, token: str, view: str = "fleet") -> None:
-    browser.get(f"{site.console}/console/#/{view}")
-    browser.execute_script("sessionStorage.clear()")
-    browser.refresh()
-    field = wait_until(browser, lambda b: b.find_element(By.ID, "token"))
-    field.send_keys(token)
-    browser.find_element(By.ID, "open").click()
-    wait_until(browser, lambda b: b.find_element(By.ID, "view").is_displayed())
-
-
-def row(browser: Chrome, key: str) -> WebElement | None:
-    found = browser.find_elements(By.CSS_SELECTOR, f'tr[data-key="{key}"]')
-    return found[0] if found else None
-
-
-def cell(browser: Chrome, key: str, column: str) -> str | None:
-    """The text of a row's cell, None while the row is absent or being redrawn."""
-    try:
-        found = row(browser, key)
-        if found is None:
-            return None
-        return str(found.find_element(By.CSS_SELECTOR, f'td[data-col="{column}"]').text)
-    except StaleElementReferenceException:
-        return None
-
-
-def text(browser: Chrome, element_id: str) -> str | None:
-    """An element's text, None while it is absent or being redrawn."""
-    try:
-        found = browser.find_elements(By.ID, element_id)
-        return str(found[0].text) if found else None
-    except StaleElementReferenceException:
-        return None
-
-
-def number(browser: Chrome, element_id: str) -> float | None:
-    shown = text(browser, element_id)
-    return None if shown is None else float(shown)
-
-
-def click(browser: Chrome, key: str, action: str) -> None:
-    """Click a row's action button, again if the row was redrawn meanwhile."""
-
-    def clicked(b: Chrome) -> bool:
-        try:
-            found = row(b, key)
-            if found is None:
-                return False
-            found.find_element(By.CSS_SELECTOR, f'button[data-action="{action}"]').click()
-        except StaleElementReferenceException:
-            return False
-        return True
-
-    wait_until(browser, clicked)
-
-
-def mark_page(browser: Chrome) -> None:
-    """A marker a reload would lose: the page must update in place."""
-    browser.execute_script("window.sameDocument = true")
-
-
-def still_same_page(browser: Chrome) -> bool:
-    return bool(browser.execute_script("return window.sameDocument === true"))
 
 
 def crawler(site: ConsoleSite, tokens: Tokens) -> httpx.Client:
@@ -120,7 +54,7 @@ def test_a_proxy_appears_and_becomes_ready_live(
     browser: Chrome, site: ConsoleSite, tokens: Tokens
 ) -> None:
     errors_logged(browser)
-    log_in(browser, site, tokens.viewer)
+    log_in(browser, site.console, tokens.viewer)
     wait_until(browser, lambda b: text(b, "fleet-count") == "0 proxies")
     mark_page(browser)
 
@@ -146,7 +80,7 @@ def test_a_sites_pace_drops_after_a_rate_limited_report(
         granted = lease(client, target=SITE)
         report = f"/v1/leases/{granted['leaseId']}/report"
         assert client.post(report, json={"result": "ok", "count": 5}).status_code == 200
-        log_in(browser, site, tokens.viewer, view=f"sites/{SITE}")
+        log_in(browser, site.console, tokens.viewer, view=f"sites/{SITE}")
         wait_until(browser, lambda b: text(b, "site-name") == SITE and number(b, "site-pace"))
         shown = number(browser, "site-pace")
         assert shown is not None and shown > 0
@@ -168,7 +102,7 @@ def test_cordoning_a_proxy_stops_the_lease_api_offering_it(
 ) -> None:
     site.put(proxy_body("a", latency_millis=5))
     site.put(proxy_body("b", latency_millis=50))
-    log_in(browser, site, tokens.actor)
+    log_in(browser, site.console, tokens.actor)
     wait_until(browser, lambda b: cell(b, "crawl/a", "cordoned") == "no")
 
     click(browser, "crawl/a", "cordon")
@@ -189,7 +123,7 @@ def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(
     browser: Chrome, site: ConsoleSite, tokens: Tokens
 ) -> None:
     site.put(proxy_body("a"))
-    log_in(browser, site, tokens.viewer)
+    log_in(browser, site.console, tokens.viewer)
     wait_until(browser, lambda b: cell(b, "crawl/a", "cordoned") == "no")
     assert browser.find_elements(By.CSS_SELECTOR, "button[data-action]") == []
     assert text(browser, "who") == "bob (view)"
