@@ -9,7 +9,8 @@ Both apps run on one event loop in a thread, so synchronous callers (a
 browser driver, httpx) can use them; `site.call` runs a function on that
 loop. The real Fleet, lease store, console and discovery app run; what
 stands in for the API server is `FleetApi`: the console's writes (a merge
-patch) land in the Fleet as the watch would deliver them.
+patch) land in the Fleet as the watch would deliver them
+(tests/e2e/test_console_live.py runs the console against the real one).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 @dataclass
 class FleetApi:
-    """The console's object reads and merge patches, applied to the Fleet and the pools."""
+    """The console's merge patches, applied to the Fleet and the pools as the watch would."""
 
     fleet: Fleet
     pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -131,10 +132,6 @@ class FleetApi:
             if path == PROXIES.path(meta["namespace"], meta["name"]):
                 return dict(proxy)
         raise NotFoundError(404, "NotFound", f"{path} not found")
-
-    async def get(self, path: str) -> dict[str, Any]:
-        """The object at `path`, or NotFoundError."""
-        return copy.deepcopy(self._find(path))
 
     async def patch(
         self, path: str, body: dict[str, Any], *, strategic: bool = False

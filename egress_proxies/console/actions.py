@@ -4,17 +4,20 @@
     scale a ProxyPool           merge-patch spec.replicas
 
 The Event on the object names the console user, so `kubectl describe` shows
-who did it. The object is read first, so an unknown one is a 404 and nothing
-is written; a write the API server refuses (a pool's CEL bounds) is a 400
-with its message.
+who did it. The object is looked up in what the watches delivered (no read
+from the API server, so the operator's RBAC needs no `get`): an unknown one
+is a 404 and nothing is written. A write the API server refuses (a pool's
+CEL bounds) is a 400 with its message.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from egress_proxies.console.access import ConsoleUser
+from egress_proxies.console.pools import PoolView
 from egress_proxies.discovery.errors import DiscoveryApiError
 from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import KubeApiError, NotFoundError
@@ -28,12 +31,12 @@ JsonObject = dict[str, Any]
 MAX_REPLICAS = 1000  # the CRD's bound on spec.replicas
 
 
-class ObjectApi(Protocol):
-    """The API calls the actions make."""
+ProxyLookup = Callable[[str, str], Mapping[str, Any] | None]
+PoolLookup = Callable[[str, str], PoolView | None]
 
-    async def get(self, path: str) -> JsonObject:
-        """Read the object at `path`."""
-        ...
+
+class ObjectApi(Protocol):
+    """The API call the actions make."""
 
     async def patch(self, path: str, body: JsonObject, *, strategic: bool = False) -> JsonObject:
         """Merge-patch the object at `path`."""
@@ -50,9 +53,13 @@ def forbidden(user: ConsoleUser) -> DiscoveryApiError:
 class ConsoleActions:
     """Cordon Proxies and scale pools on behalf of console users."""
 
-    def __init__(self, client: ObjectApi, events: EventSink) -> None:
+    def __init__(
+        self, client: ObjectApi, events: EventSink, proxies: ProxyLookup, pools: PoolLookup
+    ) -> None:
         self._client = client
         self._events = events
+        self._proxies = proxies
+        self._pools = pools
 
     def __repr__(self) -> str:
         return f"<ConsoleActions {self._events!r}>"
@@ -61,13 +68,14 @@ class ConsoleActions:
         """Set the Proxy's spec.cordoned; 403 for a viewer, 404 for an unknown Proxy."""
         if not user.may_act:
             raise forbidden(user)
-        path = PROXIES.path(namespace, name)
-        body = await self._read(path, "proxy", namespace, name)
-        await self._write(path, {"spec": {"cordoned": cordoned}})
+        body = self._proxies(namespace, name)
+        if body is None:
+            raise DiscoveryApiError(404, "unknown_proxy", f"no proxy {namespace}/{name}")
+        await self._write(PROXIES.path(namespace, name), {"spec": {"cordoned": cordoned}})
         verb = "cordoned" if cordoned else "uncordoned"
         logger.info("proxy %s/%s %s by console user %s", namespace, name, verb, user.name)
         self._events.record(
-            _regarding(f"{GROUP}/{VERSION}", KIND, body),
+            Regarding(f"{GROUP}/{VERSION}", KIND, namespace, name, body["metadata"]["uid"]),
             "Normal",
             "Cordoned" if cordoned else "Uncordoned",
             f"{verb} from the console by {user.name}"
@@ -82,10 +90,11 @@ class ConsoleActions:
             raise DiscoveryApiError(
                 400, "invalid_request", f"replicas must be within 0..{MAX_REPLICAS}"
             )
-        path = PROXY_POOLS.path(namespace, name)
-        body = await self._read(path, "pool", namespace, name)
-        before = (body.get("spec") or {}).get("replicas", 1)
-        await self._write(path, {"spec": {"replicas": replicas}})
+        pool = self._pools(namespace, name)
+        if pool is None:
+            raise DiscoveryApiError(404, "unknown_pool", f"no pool {namespace}/{name}")
+        before = pool.replicas
+        await self._write(PROXY_POOLS.path(namespace, name), {"spec": {"replicas": replicas}})
         logger.info(
             "pool %s/%s scaled %s -> %d by console user %s",
             namespace,
@@ -95,19 +104,11 @@ class ConsoleActions:
             user.name,
         )
         self._events.record(
-            _regarding(f"{GROUP}/{VERSION}", POOL_KIND, body),
+            Regarding(f"{GROUP}/{VERSION}", POOL_KIND, namespace, name, pool.uid),
             "Normal",
             "ScaledFromConsole",
             f"replicas {before} -> {replicas}, set from the console by {user.name}",
         )
-
-    async def _read(self, path: str, what: str, namespace: str, name: str) -> JsonObject:
-        try:
-            return await self._client.get(path)
-        except NotFoundError:
-            raise DiscoveryApiError(
-                404, f"unknown_{what}", f"no {what} {namespace}/{name}"
-            ) from None
 
     async def _write(self, path: str, patch: JsonObject) -> None:
         try:
@@ -118,8 +119,3 @@ class ConsoleActions:
             if error.status in (400, 422):
                 raise DiscoveryApiError(400, "invalid_request", error.message) from None
             raise
-
-
-def _regarding(api_version: str, kind: str, body: JsonObject) -> Regarding:
-    meta = body["metadata"]
-    return Regarding(api_version, kind, meta["namespace"], meta["name"], meta["uid"])

@@ -58,8 +58,8 @@ class Console:
         self.pools = PoolBook() if events is not None else None
         self.events = EventLog(events, clock) if events is not None else None
         self.actions = (
-            ConsoleActions(client, self.events)
-            if client is not None and self.events is not None
+            ConsoleActions(client, self.events, fleet.proxy, self.pools.get)
+            if client is not None and self.events is not None and self.pools is not None
             else None
         )
         self.sampler = Sampler(fleet, self.book, self.history, clock)

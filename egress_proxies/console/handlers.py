@@ -42,6 +42,10 @@ class ProxyBodies(Protocol):
         """Every known Proxy body."""
         ...
 
+    def proxy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """One Proxy's body, if known."""
+        ...
+
     @property
     def version(self) -> int:
         """A number that changes whenever any body does."""
