@@ -1,6 +1,9 @@
 """What a console user with the `act` role may do: each an ordinary Kubernetes write and an Event.
 
     cordon / uncordon a Proxy   merge-patch spec.cordoned (what `kubectl patch` would do)
+    drain and replace a Proxy   merge-patch the pool's draining annotation onto a pool member:
+                                the pool creates a replacement and deletes it once its
+                                leases end, as when it scales down (docs/pools.md)
     scale a ProxyPool           merge-patch spec.replicas
 
 The Event on the object names the console user, so `kubectl describe` shows
@@ -16,6 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from egress_proxies.clock import Clock, k8s_time
 from egress_proxies.console.access import ConsoleUser
 from egress_proxies.console.pools import PoolView
 from egress_proxies.discovery.errors import DiscoveryApiError
@@ -23,7 +27,7 @@ from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import KubeApiError, NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
 from egress_proxies.model import GROUP, KIND, VERSION
-from egress_proxies.pool_model import POOL_KIND
+from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +55,19 @@ def forbidden(user: ConsoleUser) -> DiscoveryApiError:
 
 
 class ConsoleActions:
-    """Cordon Proxies and scale pools on behalf of console users."""
+    """Cordon and drain Proxies and scale pools on behalf of console users."""
 
     def __init__(
-        self, client: ObjectApi, events: EventSink, proxies: ProxyLookup, pools: PoolLookup
+        self,
+        client: ObjectApi,
+        events: EventSink,
+        proxies: ProxyLookup,
+        pools: PoolLookup,
+        clock: Clock,
     ) -> None:
         self._client = client
         self._events = events
+        self._clock = clock
         self._proxies = proxies
         self._pools = pools
 
@@ -81,6 +91,37 @@ class ConsoleActions:
             f"{verb} from the console by {user.name}"
             + (": no new leases" if cordoned else ": leased again when healthy"),
         )
+
+    async def drain(self, user: ConsoleUser, namespace: str, name: str) -> bool:
+        """Have the Proxy's pool replace it; False when it drains already (nothing written).
+
+        403 for a viewer, 404 for an unknown Proxy, 400 for one in no pool (nothing
+        would replace it: cordon or delete it instead).
+        """
+        if not user.may_act:
+            raise forbidden(user)
+        body = self._proxies(namespace, name)
+        if body is None:
+            raise DiscoveryApiError(404, "unknown_proxy", f"no proxy {namespace}/{name}")
+        meta = body["metadata"]
+        if not (meta.get("labels") or {}).get(POOL_LABEL):
+            raise DiscoveryApiError(
+                400, "not_in_pool", "only a pool's Proxy is replaced; cordon or delete this one"
+            )
+        if (meta.get("annotations") or {}).get(DRAINING_ANNOTATION):
+            return False
+        since = k8s_time(self._clock.utcnow())
+        patch = {"metadata": {"annotations": {DRAINING_ANNOTATION: since}}}
+        await self._write(PROXIES.path(namespace, name), patch)
+        logger.info("proxy %s/%s drained by console user %s", namespace, name, user.name)
+        self._events.record(
+            Regarding(f"{GROUP}/{VERSION}", KIND, namespace, name, meta["uid"]),
+            "Normal",
+            "DrainedFromConsole",
+            f"drained from the console by {user.name}: no new leases; its pool replaces it "
+            "and deletes it once its leases end",
+        )
+        return True
 
     async def scale(self, user: ConsoleUser, namespace: str, name: str, replicas: int) -> None:
         """Set the pool's spec.replicas; 403 for a viewer, 404 for an unknown pool."""

@@ -115,6 +115,7 @@ def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Appli
         ("GET", f"{API}/pools", user(handlers.pools)),
         ("GET", f"{API}/leases", user(handlers.leases)),
         ("POST", f"{API}/proxies/{{namespace}}/{{name}}/cordon", user(handlers.cordon)),
+        ("POST", f"{API}/proxies/{{namespace}}/{{name}}/drain", user(handlers.drain)),
         ("POST", f"{API}/pools/{{namespace}}/{{name}}/scale", user(handlers.scale)),
     ]
     for method, path, route in routes:

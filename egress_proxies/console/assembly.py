@@ -58,7 +58,7 @@ class Console:
         self.pools = PoolBook() if events is not None else None
         self.events = EventLog(events, clock) if events is not None else None
         self.actions = (
-            ConsoleActions(client, self.events, fleet.proxy, self.pools.get)
+            ConsoleActions(client, self.events, fleet.proxy, self.pools.get, clock)
             if client is not None and self.events is not None and self.pools is not None
             else None
         )

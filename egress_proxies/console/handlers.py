@@ -59,6 +59,12 @@ class CordonRequest(BaseModel):
     cordoned: StrictBool
 
 
+class DrainRequest(BaseModel):
+    """POST .../drain: an empty object (the action takes no options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ScaleRequest(BaseModel):
     """POST .../scale: the pool's new spec.replicas."""
 
@@ -170,6 +176,14 @@ class ConsoleHandlers:
         wanted = await read_body(request, CordonRequest)
         await actions.cordon(user, namespace, name, wanted.cordoned)
         return _json({"namespace": namespace, "name": name, "cordoned": wanted.cordoned})
+
+    async def drain(self, request: web.Request, user: ConsoleUser) -> web.Response:
+        """POST /console/api/v1/proxies/{namespace}/{name}/drain: {} (its pool replaces it)."""
+        actions = self._acting(request, user)
+        namespace, name = _object_of(request)
+        await read_body(request, DrainRequest)
+        drained = await actions.drain(user, namespace, name)
+        return _json({"namespace": namespace, "name": name, "drained": drained})
 
     async def scale(self, request: web.Request, user: ConsoleUser) -> web.Response:
         """POST /console/api/v1/pools/{namespace}/{name}/scale: {"replicas": n}."""

@@ -141,12 +141,15 @@ const views = {
         { id: "age", title: "Age", value: (p) => p.createdAt, sort: (p) => -Date.parse(p.createdAt || 0),
           cell: (p) => p.createdAt ? ago((Date.now() - Date.parse(p.createdAt)) / 1000) : "–" },
         { id: "cordoned", title: "Cordoned", value: (p) => p.cordoned ? "yes" : "no" },
+        { id: "draining", title: "Draining", value: (p) => p.draining ? "yes" : "no" },
       ];
       if (state.session.mayAct) {
-        columns.push({ id: "action", title: "", value: () => "", cell: (p) => el("button", {
-          type: "button", "data-action": p.cordoned ? "uncordon" : "cordon", text: p.cordoned ? "Uncordon" : "Cordon",
-          onclick: () => act(`/proxies/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.name)}/cordon`, { cordoned: !p.cordoned }),
-        }) });
+        const proxyPath = (p, action) => `/proxies/${encodeURIComponent(p.namespace)}/${encodeURIComponent(p.name)}/${action}`;
+        columns.push({ id: "action", title: "", value: () => "", cell: (p) => el("span", {},
+          el("button", { type: "button", "data-action": p.cordoned ? "uncordon" : "cordon", text: p.cordoned ? "Uncordon" : "Cordon",
+            onclick: () => act(proxyPath(p, "cordon"), { cordoned: !p.cordoned }) }),
+          p.pool && !p.draining ? el("button", { type: "button", "data-action": "drain", text: "Drain and replace",
+            onclick: () => act(proxyPath(p, "drain"), {}) }) : null) });
       }
       return table(columns, rows, (p) => p.key, "fleet");
     },

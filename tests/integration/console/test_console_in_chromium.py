@@ -156,3 +156,24 @@ def test_a_crawler_token_opens_no_console(
         headers={"Authorization": f"Bearer {tokens.crawler}"},
     )
     assert refused.status_code == 401
+
+
+def test_draining_a_pool_member_from_the_page(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("member", pool="eu"))
+    site.put(proxy_body("alone"))
+    log_in(browser, site.console, tokens.actor)
+    wait_until(browser, lambda b: cell(b, "crawl/member", "draining") == "no")
+    assert (
+        browser.find_elements(
+            By.CSS_SELECTOR, 'tr[data-key="crawl/alone"] button[data-action="drain"]'
+        )
+        == []
+    )  # no pool would replace it
+
+    click(browser, "crawl/member", "drain")
+    wait_until(browser, lambda b: cell(b, "crawl/member", "draining") == "yes")
+    assert [reason for _, _, reason, _ in site.events.events] == ["DrainedFromConsole"]
+    with crawler(site, tokens) as client:
+        assert lease(client)["proxy"]["name"] == "alone"

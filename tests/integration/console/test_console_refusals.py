@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from egress_proxies.console.app import SECURITY_HEADERS
-from egress_proxies.kube.resources import PROXY_POOLS
+from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
+from egress_proxies.pool_model import DRAINING_ANNOTATION
 from harness.console import ConsoleSite, pool_body, proxy_body
 from tests.integration.console.conftest import Tokens
 
@@ -89,6 +90,7 @@ def test_forged_actions_from_a_viewer_are_refused(
     assert http.get(f"{API}/session", headers=viewer).json()["mayAct"] is False
     refused(http.post(CORDON, json={"cordoned": True}, headers=viewer), 403, "forbidden")
     refused(http.post(SCALE, json={"replicas": 9}, headers=viewer), 403, "forbidden")
+    refused(http.post(f"{API}/proxies/crawl/a/drain", json={}, headers=viewer), 403, "forbidden")
     assert unchanged(site)
 
 
@@ -98,6 +100,7 @@ def test_forged_actions_from_a_viewer_are_refused(
         (f"{API}/proxies/crawl/nobody/cordon", {"cordoned": True}, "unknown_proxy"),
         (f"{API}/proxies/elsewhere/a/cordon", {"cordoned": True}, "unknown_proxy"),
         (f"{API}/pools/crawl/nopool/scale", {"replicas": 1}, "unknown_pool"),
+        (f"{API}/proxies/crawl/nobody/drain", {}, "unknown_proxy"),
     ],
 )
 def test_unknown_proxies_and_pools_are_404(
@@ -259,3 +262,41 @@ def test_no_token_is_ever_logged(
     assert "console GET /console/api/v1/fleet 400" in served
     for token in (tokens.actor, tokens.viewer, tokens.crawler, "Bearer-ish-wrong-token-xyz"):
         assert token not in served
+
+
+def test_a_proxy_in_no_pool_is_not_drained(
+    http: httpx.Client, site: ConsoleSite, tokens: Tokens
+) -> None:
+    answer = http.post(f"{API}/proxies/crawl/a/drain", json={}, headers=bearer(tokens.actor))
+    refused(answer, 400, "not_in_pool")
+    refused(
+        http.post(f"{API}/proxies/crawl/a/drain", json={"now": True}, headers=bearer(tokens.actor)),
+        400,
+        "invalid_request",
+    )
+    assert unchanged(site)
+
+
+def test_an_actor_drains_a_pool_member_once_and_the_lease_api_stops_offering_it(
+    http: httpx.Client, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("member", pool="eu"))
+    drain = f"{API}/proxies/crawl/member/drain"
+    first = http.post(drain, json={}, headers=bearer(tokens.actor))
+    assert (first.status_code, first.json()["drained"]) == (200, True)
+    [(path, patch)] = site.objects.patches
+    assert path == PROXIES.path("crawl", "member")
+    assert list(patch["metadata"]["annotations"]) == [DRAINING_ANNOTATION]
+    [(regarding, _, reason, message)] = site.events.events
+    assert (regarding.name, reason) == ("member", "DrainedFromConsole")
+    assert "by alice" in message
+
+    again = http.post(drain, json={}, headers=bearer(tokens.actor))
+    assert (again.status_code, again.json()["drained"]) == (200, False)
+    assert len(site.objects.patches) == 1 and len(site.events.events) == 1
+    listed = httpx.get(
+        f"{site.discovery}/v1/proxies",
+        params={"healthy": "true"},
+        headers=bearer(tokens.crawler),
+    ).json()
+    assert [proxy["name"] for proxy in listed["proxies"]] == ["a"]
