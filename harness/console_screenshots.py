@@ -58,12 +58,16 @@ def main(out: Path) -> None:
             browser.find_element(By.ID, "open").click()
             wait_until(browser, lambda b: b.find_element(By.ID, "view").is_displayed())
             time.sleep(CRAWL_SECONDS)  # the demo's point is half a minute of history
-            scaled = httpx.post(
-                f"{site.console}/console/api/v1/pools/crawl/eu/scale",
-                json={"replicas": 14},
-                headers={"Authorization": f"Bearer {actor}"},
-            )
-            scaled.raise_for_status()
+            api = f"{site.console}/console/api/v1"
+            for path, body in (
+                ("pools/crawl/eu/scale", {"replicas": 14}),
+                ("proxies/crawl/eu-0004/cordon", {"cordoned": True}),
+                ("proxies/crawl/us-0003/drain", {}),
+            ):
+                acted = httpx.post(
+                    f"{api}/{path}", json=body, headers={"Authorization": f"Bearer {actor}"}
+                )
+                acted.raise_for_status()
             for name, route in VIEWS.items():
                 browser.get(f"{site.console}/console/#/{route}")
                 wait_until(browser, functools.partial(_showing, view=name))

@@ -148,7 +148,7 @@ const views = {
         columns.push({ id: "action", title: "", value: () => "", cell: (p) => el("span", {},
           el("button", { type: "button", "data-action": p.cordoned ? "uncordon" : "cordon", text: p.cordoned ? "Uncordon" : "Cordon",
             onclick: () => act(proxyPath(p, "cordon"), { cordoned: !p.cordoned }) }),
-          p.pool && !p.draining ? el("button", { type: "button", "data-action": "drain", text: "Drain and replace",
+          p.pool && !p.draining ? el("button", { type: "button", "data-action": "drain", text: "Replace", title: "drain it; its pool creates a replacement",
             onclick: () => act(proxyPath(p, "drain"), {}) }) : null) });
       }
       return table(columns, rows, (p) => p.key, "fleet");
