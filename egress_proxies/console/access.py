@@ -128,6 +128,10 @@ class ConsoleAuth:
         self._seen: Mapping[str, ConsoleUser] | None = None
         self._digests: tuple[tuple[bytes, ConsoleUser], ...] = ()
 
+    def __repr__(self) -> str:
+        acting = sum(1 for _, user in self._digests if user.may_act)
+        return f"<ConsoleAuth [users: {len(self._digests)} | may act: {acting}]>"
+
     def user(self, header: str | None) -> ConsoleUser:
         """The user whose token `header` carries ('Bearer <token>')."""
         users = self._users()

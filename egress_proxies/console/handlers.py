@@ -103,6 +103,10 @@ class ConsoleHandlers:
         self._facts: list[dict[str, Any]] = []
         self._facts_version: int | None = None
 
+    def __repr__(self) -> str:
+        actions = "acting" if self._actions is not None else "read-only"
+        return f"<ConsoleHandlers {actions} {self._auth!r} {self._book!r} {self._history!r}>"
+
     def authenticated(self, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
         """`handler` called with the request's console user (401 without one)."""
 

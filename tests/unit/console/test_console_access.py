@@ -51,6 +51,7 @@ def test_a_broken_key_or_token_is_refused_naming_the_key_only(
 def test_the_auth_finds_the_user_or_answers_401() -> None:
     auth = ConsoleAuth(lambda: users_from_secret_data({"alice.act": b64(ALICE)}))
     assert auth.user(f"Bearer {ALICE}") == ConsoleUser("alice", Role.ACT)
+    assert repr(auth) == "<ConsoleAuth [users: 1 | may act: 1]>"
     assert auth.user(f"bearer   {ALICE} ") == ConsoleUser("alice", Role.ACT)
     for header in (None, "Bearer", f"Basic {ALICE}", f"Bearer {BOB}", f"Bearer {ALICE}x"):
         with pytest.raises(DiscoveryApiError) as refused:
