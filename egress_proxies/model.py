@@ -206,6 +206,10 @@ class Condition(_Model):
 class Phase(StrEnum):
     """The one-word summary in `kubectl get proxies`, derived from the conditions."""
 
+    # `Failed` is for what only a spec edit fixes (`PermanentError`); a failure the
+    # operator retries (an instance that died, a pod the scheduler cannot place yet)
+    # stays `Provisioning`, its cause in the conditions' message.
+
     PENDING = "Pending"
     PROVISIONING = "Provisioning"
     PROVISIONED = "Provisioned"
@@ -281,7 +285,7 @@ def compute_phase(status: ProxyStatus, *, deleting: bool) -> Phase:
     healthy = find_condition(status.conditions, HEALTHY)
     if provisioned is None:
         return Phase.PENDING
-    if provisioned.reason in (PERMANENT_ERROR, INSTANCE_FAILED):
+    if provisioned.reason == PERMANENT_ERROR:  # what only a spec edit fixes
         return Phase.FAILED
     if provisioned.status != ConditionStatus.TRUE:
         return Phase.PROVISIONING

@@ -92,6 +92,16 @@ class Handlers:
 
     async def ready(self, _: web.Request) -> web.Response:
         """GET /readyz: 200 once the fleet is synced and while the lease store answers."""
+        self._require_synced()
+        await self._store.ping()
+        return json_response(_HEALTH_BODY)
+
+    def _require_synced(self) -> None:
+        """503 while the fleet's watches have not delivered their list: a partial view.
+
+        A lease from it could miss every free proxy and count as demand the
+        pool autoscaler would answer.
+        """
         if not self._synced():
             raise DiscoveryApiError(
                 503,
@@ -99,8 +109,6 @@ class Handlers:
                 "the fleet has not been listed from the API server yet",
                 {"Retry-After": "1"},
             )
-        await self._store.ping()
-        return json_response(_HEALTH_BODY)
 
     async def openapi(self, _: web.Request) -> web.Response:
         """GET /openapi.json: this server's OpenAPI 3.1 document (unauthenticated)."""
@@ -109,6 +117,7 @@ class Handlers:
     async def list_proxies(self, request: web.Request) -> web.Response:
         """GET /v1/proxies: proxies matching `attr.<k>=<v>` filters, optionally by health."""
         query = parse_proxy_query(request)
+        self._require_synced()
         matching = self._catalog.current().select(query.selector).matching
         if query.healthy is not None:
             matching = tuple(r for r in matching if is_offerable(r) is query.healthy)
@@ -125,6 +134,7 @@ class Handlers:
         except DiscoveryApiError:
             self._count(REJECTED)
             raise
+        self._require_synced()
         pool = self._catalog.current().select(wanted.selector).pool
         outcome = await self._store.acquire(pool, wanted.target, wanted.ttl_seconds, wanted.held)
         if isinstance(outcome, NoMatch):

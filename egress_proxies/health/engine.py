@@ -9,10 +9,11 @@ status write at all.
     await engine.run()  # until cancelled
 
 Scheduling: the catalog is re-read at most once a second (new proxies,
-replaced instances, deletions); between reads the engine sleeps until the
-next probe is due. Each proxy has at most one probe queued or running, so a
-hanging proxy holds one worker for at most its timeout and never delays the
-others beyond that worker.
+replaced instances, deletions), and only while it is `synced` (whole: a
+partial view would drop targets and admit others without credentials);
+between reads the engine sleeps until the next probe is due. Each proxy has
+at most one probe queued or running, so a hanging proxy holds one worker for
+at most its timeout and never delays the others beyond that worker.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class HealthEngine:
         *,
         workers: int = DEFAULT_WORKERS,
         rng: random.Random | None = None,
+        synced: Callable[[], bool] = lambda: True,
     ) -> None:
         if workers < 1:
             raise ValueError("the health engine needs at least one worker")
@@ -80,6 +82,7 @@ class HealthEngine:
         self._metrics = metrics
         self._workers = workers
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
+        self._synced = synced
         self._states: dict[ProxyKey, HealthState] = {}
         self._records: dict[ProxyKey, ProxyRecord] = {}
         self._schedule: list[tuple[float, int, ProxyKey]] = []  # (due, epoch, key) heap
@@ -126,7 +129,10 @@ class HealthEngine:
         """Re-read the catalog when due, queue every due probe; return seconds to the next tick."""
         now = self._clock.monotonic()
         if now >= self._next_sync:
-            self._sync(now)
+            if self._synced():
+                self._sync(now)
+            else:
+                logger.debug("health: the fleet is not synced; its targets are kept as they are")
             self._next_sync = now + CATALOG_SYNC_SECONDS
         while self._schedule and self._schedule[0][0] <= now:
             due, epoch, key = heapq.heappop(self._schedule)

@@ -1,7 +1,7 @@
 """A list+watch reflector: one collection mirrored into a sink, no API call per read.
 
     reflector = Reflector(client, PROXIES.path(), sink)
-    task = asyncio.create_task(reflector.run())   # reflector.synced is set after the first list
+    task = asyncio.create_task(reflector.run())   # reflector.synced is set once listed
 
 It lists the collection (the sink gets `replace` with every object), then
 watches from the list's resourceVersion (`put` / `remove` per event, bookmarks
@@ -9,6 +9,11 @@ only advance the version). A watch that ends is resumed from the last version
 seen; 410 Gone (the version was compacted away) relists; any other error
 waits a bounded, doubling backoff and relists. The decisions are the pure
 `next_step`; `run` is the thin shell that carries them out.
+
+`synced` says the sink holds the whole collection: it is set when a list has
+been applied and cleared the moment a list or watch fails, since events may
+be missed from then until the relist. A watch that the server ends cleanly
+(its timeout) is resumed from the version seen and stays synced.
 """
 
 from __future__ import annotations
@@ -152,6 +157,7 @@ class Reflector:
             except Exception as error:  # any failure backs off and relists; none ends the tier
                 outcome = error
                 self.errors += 1
+                self.synced.clear()
                 logger.warning("reflector %s: %s", self._path, error)
             step = next_step(outcome, self.resource_version, step.backoff)
 

@@ -31,7 +31,6 @@ from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
     CLOUD_INIT_LABEL,
     DEFAULT_SQUID_IMAGE,
-    EXTERNAL_CREDENTIALS_LABEL,
     FINALIZER,
     GROUP,
     PLURAL,
@@ -149,11 +148,12 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
     # Every handler that touches the fleet is async: kopf runs sync handlers in
     # worker threads, and the fleet is read on the event loop without locks.
+    # The fleet itself is fed by the operator's own watches (catalog.feed), whose
+    # `synced` the counting decisions wait for; these events carry the side effects.
     @kopf.on.event(*resource, registry=registry)
     async def proxy_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
-            c.fleet.remove_proxy(meta["namespace"], meta["name"])
             c.writer.forget(meta["namespace"], meta["name"])
             c.instances.forget_proxy(meta["uid"])
             c.requeue.cancel(meta["namespace"], meta["name"])
@@ -162,9 +162,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             except StoreUnavailableError as error:
                 # The finalizer's delete handler ended them already, or retries until it does.
                 logger.warning("proxy %s gone, its leases not ended yet: %s", meta["name"], error)
-        elif shard_rules.selects(c.shard, meta.get("labels") or {}):
-            c.fleet.put_proxy(dict(body))
-        else:
+        elif not shard_rules.selects(c.shard, meta.get("labels") or {}):
             await _release(c, body)
 
     _register_secret_watches(registry, c)
@@ -196,24 +194,19 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
 
 
 def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> None:
-    """Keep the fleet's Secrets current; a changed cloud-init Secret nudges its Proxies."""
+    """A changed cloud-init Secret nudges the Proxies that render it.
 
-    async def secret_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    The fleet's Secrets come from its own watches; this event also puts the
+    Secret there, so a nudged reconcile reads the version that nudged it.
+    """
+
+    @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
+    async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
             c.fleet.remove_secret(meta["namespace"], meta["name"])
         else:
             c.fleet.put_secret(meta["namespace"], meta["name"], body.get("data"))
-
-    for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL):
-        kopf.on.event("v1", "secrets", labels={label: kopf.PRESENT}, registry=registry)(
-            secret_event
-        )
-
-    @kopf.on.event("v1", "secrets", labels={CLOUD_INIT_LABEL: "true"}, registry=registry)
-    async def cloud_init_event(event: Mapping[str, Any], body: kopf.Body, **kwargs: Any) -> None:
-        await secret_event(event, body)
-        meta = body["metadata"]
         revision = cloud_init.revision(event["type"], meta)
         referencing = c.fleet.referencing_cloud_init(meta["namespace"], meta["name"])
         for namespace, name in cloud_init.to_nudge(referencing, revision):
@@ -244,12 +237,11 @@ async def _release(c: Components, body: kopf.Body) -> None:
     release = shard_rules.release(
         c.shard,
         meta.get("annotations") or {},
-        handled=c.fleet.proxy(namespace, name) is not None,
+        handled=c.writer.latest(namespace, name, meta["uid"]) is not None,
         has_stack=c.runner.state(stack) is not None,
     )
     if release.stop_handling:
         logger.info("%s/%s is no longer selected by this shard; releasing it", namespace, name)
-        c.fleet.remove_proxy(namespace, name)
         c.writer.forget(namespace, name)
         c.instances.forget_proxy(meta["uid"])
         c.requeue.cancel(namespace, name)

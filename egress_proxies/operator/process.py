@@ -14,7 +14,9 @@ import kopf
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey
+from egress_proxies.catalog.feed import PROXIES_WATCH, fleet_watches
 from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.catalog.sinks import keep_all
 from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
 from egress_proxies.console import (
     Console,
@@ -103,6 +105,14 @@ class Operator:
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
         self.fleet = Fleet()
+        self.watches = fleet_watches(
+            self.client,
+            self.fleet,
+            self.clock,
+            namespaces=settings.namespaces,
+            selects=shard.owns if shard else keep_all,
+            cloud_init=True,
+        )
         self.metrics_registry = CollectorRegistry()
         self.leases = settings.open_store(self.clock)
         self.metrics = OperatorMetrics(
@@ -223,6 +233,7 @@ class Operator:
                 max_lease_seconds=float(settings.lease_max_ttl),
                 metrics=PoolMetrics(self.metrics_registry),
                 clock=self.clock,
+                synced=functools.partial(self.watches.synced, PROXIES_WATCH),
             )
         )
         # The console (when on) sees what the discovery API grants and the Events posted.
@@ -250,7 +261,10 @@ class Operator:
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
         shard = f" {self.shard!r}" if self.shard else ""
-        return f"<Operator{shard} {self.runner!r} {self.fleet!r} {self.writer!r} {peering!r}>"
+        return (
+            f"<Operator{shard} {self.runner!r} {self.fleet!r} {self.watches!r} "
+            f"{self.writer!r} {peering!r}>"
+        )
 
     async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
         await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)
@@ -290,6 +304,7 @@ class Operator:
             demand=self.demand,
             allow_no_auth=self.settings.discovery_allow_no_auth,
             middlewares=self.spans.server_middlewares(),
+            synced=self.watches.synced,
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(
@@ -316,9 +331,11 @@ class Operator:
                 self.clock,
                 self.metrics.probes,
                 workers=HEALTH_WORKERS,
+                synced=self.watches.synced,
             )
             background = [
                 asyncio.create_task(relay_stop(), name="stop relay"),
+                asyncio.create_task(self.watches.run(), name="fleet watches"),
                 asyncio.create_task(engine.run(), name="health engine"),
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.events.run(), name="event recorder"),

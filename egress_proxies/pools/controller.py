@@ -1,9 +1,13 @@
 """The pool controller: gathers a pool's members and demand, asks the planners, carries it out.
 
 One round per pool per timer tick. The members come from the operator's
-watch-fed fleet (no list call); Proxies it created, drained or deleted but
-the watch has not shown yet are remembered ("expectations", as the
-ReplicaSet controller keeps them), so a slow watch never doubles a step.
+watch-fed fleet (no list call), and a round does nothing until that watch is
+synced (it has delivered its list since the start or the last relist), so a
+restart never counts a pool from a partial view. Proxies it created, drained
+or deleted but the watch has not shown yet are remembered ("expectations",
+as the ReplicaSet controller keeps them), so a slow watch never doubles a
+step; a create whose answer was lost is remembered too (its name was chosen
+here), so it is never repeated under another name.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.clock import Clock, SystemClock, k8s_time, parse_k8s_time
-from egress_proxies.kube import ConflictError, KubeClient, NotFoundError
+from egress_proxies.kube import ConflictError, KubeApiError, KubeClient, NotFoundError
 from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
 from egress_proxies.model import (
@@ -46,6 +50,7 @@ from egress_proxies.pools.plan import Member, Plan, plan
 logger = logging.getLogger(__name__)
 
 EXPECTATION_SECONDS = 60.0
+CONVERGED, UNSYNCED = "converged", "unsynced"  # a round's outcomes
 WAIT_WINDOW_SECONDS = 60.0
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -61,7 +66,11 @@ class MemberSource(Protocol):
 
 
 class ScalingRecorder(Protocol):
-    """Counts the pools' scaling decisions and replacements."""
+    """Counts the pools' rounds, scaling decisions and replacements."""
+
+    def round(self, pool: str, outcome: str) -> None:
+        """One round: CONVERGED, or UNSYNCED (skipped on a partial view)."""
+        ...
 
     def scaled(self, pool: str, direction: str) -> None:
         """One autoscaling decision."""
@@ -83,6 +92,8 @@ class PoolComponents:
     max_lease_seconds: float
     metrics: ScalingRecorder | None = None
     clock: Clock = field(default_factory=SystemClock)
+    # Whether `members` holds every Proxy now (the fleet's Proxy watch is synced).
+    synced: Callable[[], bool] = lambda: True
 
 
 @dataclass
@@ -125,11 +136,16 @@ class PoolController:
         self._written.pop(f"{namespace}/{name}", None)
 
     async def converge(self, body: Mapping[str, Any], post_event: PostEvent) -> None:
-        """One round for one pool."""
-        self.rounds += 1
+        """One round for one pool (none while the members' watch is not synced)."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         pool = f"{namespace}/{name}"
+        if not self._c.synced():
+            logger.debug("pool %s: the Proxy watch is not synced; no round", pool)
+            if self._c.metrics is not None:
+                self._c.metrics.round(pool, UNSYNCED)
+            return
+        self.rounds += 1
         raw_spec = body.get("spec") or {}
         try:
             spec = ProxyPoolSpec.model_validate(raw_spec)
@@ -192,6 +208,8 @@ class PoolController:
             limited,
             wanted_hash,
         )
+        if self._c.metrics is not None:
+            self._c.metrics.round(pool, CONVERGED)
 
     def _members(
         self,
@@ -291,12 +309,20 @@ class PoolController:
         pool = f"{namespace}/{name}"
         for _ in range(step.create):
             proxy = _new_proxy(body, spec, wanted_hash)
+            proxy_name = proxy["metadata"]["name"]
+            # Expected before it is sent: a create whose answer is lost may have been made.
+            expected.created[proxy_name] = (now + _seconds(EXPECTATION_SECONDS), wanted_hash)
             try:
                 await self._c.client.create(PROXIES.path(namespace), proxy)
-            except ConflictError:  # a name taken: the next round tries another
+            except ConflictError:
+                # The name exists: this create (retried) made it, or another object holds it;
+                # either way it is counted until the watch shows it or the expectation ends.
+                logger.info("pool %s: proxy %s exists already", pool, proxy_name)
                 continue
-            proxy_name = proxy["metadata"]["name"]
-            expected.created[proxy_name] = (now + _seconds(EXPECTATION_SECONDS), wanted_hash)
+            except KubeApiError as error:
+                if 400 <= error.status < 500:
+                    del expected.created[proxy_name]  # refused: nothing was made
+                raise
             logger.info("pool %s: created proxy %s", pool, proxy_name)
         if step.create:
             post_event("Normal", "Created", f"created {step.create} proxies")
@@ -313,8 +339,9 @@ class PoolController:
             if self._c.metrics is not None:
                 self._c.metrics.drained(pool, drain.reason)
         for proxy_name in step.delete:
-            await self._c.client.delete(PROXIES.path(namespace, proxy_name))
             expected.deleted[proxy_name] = now + _seconds(EXPECTATION_SECONDS)
+            if await self._c.client.delete(PROXIES.path(namespace, proxy_name)) is None:
+                continue  # gone already: nothing was deleted, nothing to announce
             expected.drained.pop(proxy_name, None)
             post_event("Normal", "Deleted", f"proxy {proxy_name} drained and deleted")
             logger.info("pool %s: deleted drained proxy %s", pool, proxy_name)

@@ -1,4 +1,4 @@
-"""Pool metrics: autoscaling decisions and drained Proxies, by pool and reason."""
+"""Pool metrics: rounds, autoscaling decisions and drained Proxies, by pool and reason."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 POOL_SCALING = "egress_proxies_pool_scaling_decisions"
 POOL_DRAINS = "egress_proxies_pool_drains"
+POOL_ROUNDS = "egress_proxies_pool_rounds"
 
 
 class PoolMetrics:
@@ -24,6 +25,18 @@ class PoolMetrics:
             ["pool", "reason"],
             registry=registry,
         )
+
+        self._rounds = Counter(
+            POOL_ROUNDS,
+            "Pool controller rounds by pool and outcome (converged; unsynced: skipped, the "
+            "operator's Proxy watch had not delivered its whole list).",
+            ["pool", "outcome"],
+            registry=registry,
+        )
+
+    def round(self, pool: str, outcome: str) -> None:
+        """One round, run or skipped."""
+        self._rounds.labels(pool=pool, outcome=outcome).inc()
 
     def scaled(self, pool: str, direction: str) -> None:
         """One autoscaling decision."""

@@ -6,22 +6,18 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
 
+from egress_proxies.catalog.feed import fleet_watches
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.console import Console, ConsoleTokenDirectory, start_console
 from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
-from egress_proxies.kube.reflector import Reflector
-from egress_proxies.kube.resources import PROXIES, SECRETS
 from egress_proxies.leases import LeaseStore
 from egress_proxies.leases.opening import MEMORY
-from egress_proxies.model import EXTERNAL_CREDENTIALS_LABEL, UID_LABEL
 from egress_proxies.settings import DiscoverySettings, process_environment
 from egress_proxies.telemetry.logs import setup_logging
-from egress_proxies.tier.sinks import ProxySink, SecretSink
 
 logger = logging.getLogger(__name__)
 
@@ -40,27 +36,14 @@ class DiscoveryTier:
         self.settings = settings
         self.fleet = Fleet()
         self.store = store
-        self.reflectors: Sequence[Reflector] = (
-            Reflector(client, PROXIES.path(), ProxySink(self.fleet), clock=self.clock),
-            *(
-                Reflector(
-                    client,
-                    SECRETS.path(),
-                    SecretSink(self.fleet),
-                    label_selector=label,
-                    clock=self.clock,
-                )
-                for label in (UID_LABEL, EXTERNAL_CREDENTIALS_LABEL)
-            ),
-        )
+        self.watches = fleet_watches(client, self.fleet, self.clock)
 
     def __repr__(self) -> str:
-        reflectors = ", ".join(repr(r) for r in self.reflectors)
-        return f"<DiscoveryTier {self.fleet!r} {self.store!r} [{reflectors}]>"
+        return f"<DiscoveryTier {self.fleet!r} {self.store!r} {self.watches!r}>"
 
     def synced(self) -> bool:
-        """Every reflector has listed once (the fleet is whole); /readyz is 503 until then."""
-        return all(reflector.synced.is_set() for reflector in self.reflectors)
+        """The fleet is whole (listed, no watch failed since); /readyz is 503 until then."""
+        return self.watches.synced()
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Reflect and serve until `stop` is set."""
@@ -84,7 +67,7 @@ class DiscoveryTier:
             allow_no_auth=self.settings.discovery_allow_no_auth,
             synced=self.synced,
         )
-        tasks = [asyncio.create_task(reflector.run()) for reflector in self.reflectors]
+        tasks = [asyncio.create_task(self.watches.run(), name="fleet watches")]
         host, port = self.settings.discovery_host, self.settings.discovery_port
         runners = [await start(app, host, port)]
         logger.info("discovery tier on %s:%d", host, port)

@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.kube import KubeClient
@@ -23,6 +25,7 @@ from egress_proxies.pool_model import POOL_LABEL
 from egress_proxies.stacks.backend import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 from harness.audit import audited, granted
+from harness.census import ProxyCensus
 from harness.cluster import ClusterHandle, wait_for
 from harness.deploy import NAMESPACE, Deployed, deploy, write_dev_overlay
 from harness.operator import managed_proxy, proxy_path
@@ -169,6 +172,81 @@ async def test_a_proxy_and_a_pool_become_ready_as_the_service_account(
             return len(members["items"]) == 1
 
         await wait_for(one_member, timeout=120, interval=0.5)
+
+
+async def pool_rounds(pod_ip: str, pool: str) -> float:
+    """The converged rounds of `pool` by the operator pod at `pod_ip` (its metrics port)."""
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://{pod_ip}:9090/metrics") as response,
+        ):
+            text = await response.text()
+    except aiohttp.ClientError:
+        return 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "egress_proxies_pool_rounds_total"
+                and sample.labels.get("pool") == pool
+                and sample.labels.get("outcome") == "converged"
+            ):
+                return float(sample.value)
+    return 0.0
+
+
+async def test_a_rollout_restart_leaves_a_pool_of_20_at_20_proxies_at_every_moment(
+    deployed: Deployed, own_cluster: ClusterHandle, own_kube: KubeClient, crawl_namespace: str
+) -> None:
+    async with serve_origin(host=own_cluster.host_address) as origin:
+        pool = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ProxyPool",
+            "metadata": {"name": "big"},
+            "spec": {
+                "replicas": 20,
+                "template": {
+                    "spec": {
+                        "provider": "kubernetes",
+                        "kubernetes": {},
+                        "attributes": {"pool": "big"},
+                        "healthCheck": health_check(origin.url),
+                    }
+                },
+            },
+        }
+        pools = f"/apis/{GROUP}/{VERSION}/namespaces/{crawl_namespace}/proxypools"
+        await own_kube.create(pools, pool)
+
+        async def twenty_ready() -> bool:
+            body = await own_kube.get(f"{pools}/big")
+            return (body.get("status") or {}).get("readyReplicas") == 20
+
+        await wait_for(twenty_ready, timeout=600, interval=1)
+        before = operator_pod(deployed)["metadata"]["name"]
+
+        async with ProxyCensus(own_kube, crawl_namespace, pool="big") as census:
+            deployed.kubectl("-n", NAMESPACE, "rollout", "restart", "deployment/egress-proxies")
+            deployed.kubectl(
+                "-n", NAMESPACE, "rollout", "status", "deployment/egress-proxies", "--timeout=300s"
+            )
+
+            async def new_pod_converged() -> bool:
+                pod = operator_pod(deployed)
+                ip = (pod.get("status") or {}).get("podIP")
+                if pod["metadata"]["name"] == before or not ip:
+                    return False
+                return await pool_rounds(ip, f"{crawl_namespace}/big") >= 5
+
+            await wait_for(new_pod_converged, timeout=300, interval=1)
+            await wait_for(twenty_ready, timeout=120, interval=1)
+
+        census.check()
+        print(census)
+        assert census.created == [] and census.deleting == []
+        assert census.peak == 20 and len(census.live) == 20
+        assert census.flapped() == {}  # no Ready flap: health seeded from status
+        await own_kube.delete(f"{pools}/big")
 
 
 # Runs in the crawler pod: one page through the proxy the client leased

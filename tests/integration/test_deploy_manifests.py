@@ -112,8 +112,10 @@ def test_the_deployment_keeps_its_invariants() -> None:
         "discovery": 8090,
         "metrics": 9090,
     }
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    # Ready once the fleet is whole (its watches synced) and the lease store answers.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "discovery"}
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert mounts == {
         "state": "/var/lib/egress-proxies",

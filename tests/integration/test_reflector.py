@@ -8,10 +8,10 @@ import base64
 import pytest
 
 from egress_proxies.catalog.fleet import Fleet
+from egress_proxies.catalog.sinks import ProxySink, SecretSink
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.reflector import GONE, Reflector
 from egress_proxies.model import UID_LABEL
-from egress_proxies.tier.sinks import ProxySink, SecretSink
 from harness.cluster import wait_for
 from harness.operator import proxy_path
 from harness.tier import external_proxy, report_healthy

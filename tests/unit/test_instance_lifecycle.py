@@ -99,7 +99,8 @@ def test_a_stuck_pod_gets_the_start_timeout_then_fails_with_its_cause() -> None:
     late = decide(view(), pod(InstanceHealth.STUCK, since=at(-61), **stuck), NOW)
     assert late.action == Action.NONE
     assert reason(late.status) == ("False", INSTANCE_FAILED)
-    assert compute_phase(late.status, deleting=False) == Phase.FAILED
+    # Retried after its backoff: Provisioning, not Failed (that is for what a spec edit fixes).
+    assert compute_phase(late.status, deleting=False) == Phase.PROVISIONING
     assert [e.reason for e in late.events] == [INSTANCE_FAILED]
     assert "ErrImagePull" in late.events[0].message
 

@@ -2,31 +2,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from egress_proxies.catalog.fleet import Fleet
 
+Selects = Callable[[Mapping[str, str]], bool]  # a Proxy's labels -> whether this fleet keeps it
+
+
+def keep_all(_: Mapping[str, str]) -> bool:
+    """The `selects` of an unsharded fleet: every Proxy."""
+    return True
+
 
 class ProxySink:
-    """Writes reflected Proxies into a Fleet (the ReflectorSink protocol)."""
+    """Writes reflected Proxies into a Fleet (the ReflectorSink protocol).
 
-    def __init__(self, fleet: Fleet) -> None:
+    `selects` keeps only some Proxies (a shard's, by label); one it stops
+    selecting is forgotten as if deleted. With several sinks on one fleet
+    (one per watched namespace) a relist forgets only its own `namespace`'s.
+    """
+
+    def __init__(
+        self, fleet: Fleet, *, selects: Selects = keep_all, namespace: str | None = None
+    ) -> None:
         self._fleet = fleet
+        self._selects = selects
+        self._namespace = namespace
 
     def replace(self, objects: Sequence[Mapping[str, Any]]) -> None:
-        """A relist: put every Proxy, forget those no longer listed."""
+        """A relist: put every selected Proxy, forget those no longer listed."""
         listed = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects}
         for body in self._fleet.proxies():
             meta = body["metadata"]
-            if (meta["namespace"], meta["name"]) not in listed:
+            mine = self._namespace is None or meta["namespace"] == self._namespace
+            if mine and (meta["namespace"], meta["name"]) not in listed:
                 self._fleet.remove_proxy(meta["namespace"], meta["name"])
         for obj in objects:
-            self._fleet.put_proxy(obj)
+            self.put(obj)
 
     def put(self, obj: Mapping[str, Any]) -> None:
         """A Proxy was added or changed."""
-        self._fleet.put_proxy(obj)
+        meta = obj["metadata"]
+        if self._selects(meta.get("labels") or {}):
+            self._fleet.put_proxy(obj)
+        else:
+            self._fleet.remove_proxy(meta["namespace"], meta["name"])
 
     def remove(self, obj: Mapping[str, Any]) -> None:
         """A Proxy was deleted."""
