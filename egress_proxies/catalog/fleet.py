@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -128,6 +129,11 @@ class Fleet:
     def proxies(self) -> list[Mapping[str, Any]]:
         """Every known Proxy body."""
         return [json.loads(body) for body in self._proxies.values()]
+
+    def proxy_documents(self) -> Mapping[ProxyKey, str]:
+        """Each Proxy's slim body as the compact JSON kept: a changed body is a new string,
+        so a reader may keep what it decoded from an unchanged one (the fleet console)."""
+        return types.MappingProxyType(self._proxies)
 
     def pool_members(self, namespace: str, pool: str) -> list[Mapping[str, Any]]:
         """The bodies of the Proxies labelled as members of the pool `namespace/pool`."""

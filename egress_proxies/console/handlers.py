@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
 
+from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock
 from egress_proxies.console.access import ConsoleAuth, ConsoleUser
 from egress_proxies.console.actions import ConsoleActions, forbidden
@@ -38,8 +39,8 @@ MAX_TARGET_LENGTH = 2048
 class ProxyBodies(Protocol):
     """The fleet as the watch delivered it (catalog/fleet.py's Fleet)."""
 
-    def proxies(self) -> list[Mapping[str, Any]]:
-        """Every known Proxy body."""
+    def proxy_documents(self) -> Mapping[ProxyKey, str]:
+        """Every Proxy's body as JSON, by key: a changed body is a new string."""
         ...
 
     def proxy(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -99,8 +100,9 @@ class ConsoleHandlers:
         self._pools = pools
         self._events = events
         self._actions = actions
-        # The Fleet rows' facts, decoded again only when a body changed (most polls see none).
+        # The Fleet rows' facts, decoded again only from the bodies that changed.
         self._facts: list[dict[str, Any]] = []
+        self._facts_of: dict[ProxyKey, tuple[str, dict[str, Any]]] = {}
         self._facts_version: int | None = None
 
     def __repr__(self) -> str:
@@ -199,9 +201,16 @@ class ConsoleHandlers:
 
     def _proxy_facts(self) -> list[dict[str, Any]]:
         version = self._fleet.version
-        if version != self._facts_version:
-            self._facts = [proxy_facts(body) for body in self._fleet.proxies()]
-            self._facts_version = version
+        if version == self._facts_version:
+            return self._facts
+        fresh: dict[ProxyKey, tuple[str, dict[str, Any]]] = {}
+        for key, document in self._fleet.proxy_documents().items():
+            known = self._facts_of.get(key)
+            if known is None or known[0] is not document:
+                known = (document, proxy_facts(json.loads(document)))
+            fresh[key] = known
+        self._facts_of, self._facts_version = fresh, version
+        self._facts = [facts for _, facts in fresh.values()]
         return self._facts
 
     def _acting(self, request: web.Request, user: ConsoleUser) -> ConsoleActions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from egress_proxies.catalog import proxy_key
+from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import ManualClock
 from egress_proxies.console.eventlog import EventLog
 from egress_proxies.console.history import History
@@ -66,3 +67,16 @@ def test_pools_show_their_counts_hash_and_last_events_newest_first() -> None:
     )
     assert len(pool["templateHash"]) == 10
     assert [event["reason"] for event in pool["events"]] == ["Created", "ScaledUp"]
+
+
+def test_the_fleet_hands_out_a_new_document_only_for_a_changed_body() -> None:
+    fleet = Fleet()
+    fleet.put_proxy(proxy_body("a"))
+    fleet.put_proxy(proxy_body("b"))
+    before, version = dict(fleet.proxy_documents()), fleet.version
+    fleet.put_proxy(proxy_body("b", latency_millis=99))
+    after = fleet.proxy_documents()
+    a, b = proxy_key("crawl", "a"), proxy_key("crawl", "b")
+    assert after[a] is before[a]
+    assert after[b] is not before[b]
+    assert fleet.version == version + 1
