@@ -59,6 +59,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".metadata.annotations.crawl\\.example\\.com/draining",
         "priority": 1,
     },
+    {"name": "Cordoned", "type": "boolean", "jsonPath": ".spec.cordoned", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

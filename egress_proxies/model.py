@@ -220,6 +220,11 @@ class ProxySpec(_Model):
     cloud_init: CloudInit | None = None
     max_leases: Annotated[int, Field(ge=1, le=1000)] = 1
     """Leases the proxy may hold at once (1: exclusive to one lease)."""
+    cordoned: bool = False
+    """No new leases while true: leases held already run to their end.
+
+    Set with kubectl or the fleet console; the instance keeps running.
+    """
     kubernetes: KubernetesSpec | None = None
     gcp: GcpSpec | None = None
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
 # kube-apiserver, kube-controller-manager, kubectl, etcd, the node's binaries,
-# CoreDNS, kstatus) from the Go module proxy and installs squid and redis-server
-# from Debian. See docs/development.md.
+# CoreDNS, kstatus) from the Go module proxy and installs squid, redis-server and
+# chromium (with chromium-driver) from Debian. See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -537,7 +537,7 @@ ensure_step() {
     log "${missing[*]}: built in $(minutes "$seconds"), log: $LOG_FILE"
 }
 
-# squid and redis-server come from Debian: install what is missing, build and link nothing.
+# squid, redis-server and chromium come from Debian: install what is missing, build and link nothing.
 ensure_debian_packages() {
     local pkg start
     local -a missing=() sudo=()
@@ -560,6 +560,7 @@ ensure_debian_packages() {
     fi
     log "squid $(dpkg-query -W -f='${Version}' squid): installed (Debian package, /usr/sbin/squid)"
     log "redis-server $(dpkg-query -W -f='${Version}' redis-server): installed (Debian package, tests only)"
+    log "chromium $(dpkg-query -W -f='${Version}' chromium): installed (Debian package, browser tests only)"
 }
 
 usage() {

@@ -48,6 +48,8 @@ class ProxyRecord:
     deleting: bool = False
     # Its pool is removing it (the pool's draining annotation): it is leased no more.
     draining: bool = False
+    # Someone set spec.cordoned (kubectl or the console): it is leased no more.
+    cordoned: bool = False
     pool: str | None = None  # `namespace/name` of the ProxyPool it belongs to
 
     @property
@@ -100,6 +102,7 @@ def record_from_body(
         managed=spec.mode == Mode.MANAGED,
         deleting=bool(meta.get("deletionTimestamp")),
         draining=bool((meta.get("annotations") or {}).get(DRAINING_ANNOTATION)),
+        cordoned=spec.cordoned,
         pool=_pool_of(meta),
     )
 

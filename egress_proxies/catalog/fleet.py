@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,6 +80,9 @@ class Fleet:
         self._secrets: dict[SecretKey, dict[str, str]] = {}
         self._records: dict[ProxyKey, ProxyRecord | None] = {}
         self._snapshot: tuple[ProxyRecord, ...] | None = None
+        # Bumped by every change of a Proxy body: a reader's cache of bodies is current
+        # while it is unchanged (the fleet console's).
+        self.version = 0
 
     def __repr__(self) -> str:
         addressable = sum(1 for record in self._current().values() if record is not None)
@@ -100,6 +104,7 @@ class Fleet:
         self._by_uid[meta["uid"]] = key
         self._records.pop(key, None)
         self._snapshot = None
+        self.version += 1
 
     def remove_proxy(self, namespace: str, name: str) -> None:
         """Forget a deleted Proxy."""
@@ -110,6 +115,7 @@ class Fleet:
             self._by_uid.pop(json.loads(body)["metadata"]["uid"], None)
         self._records.pop(key, None)
         self._snapshot = None
+        self.version += 1
 
     def proxy_by_uid(self, uid: str) -> Mapping[str, Any] | None:
         """The latest body of the Proxy with this UID, if known."""
@@ -123,6 +129,11 @@ class Fleet:
     def proxies(self) -> list[Mapping[str, Any]]:
         """Every known Proxy body."""
         return [json.loads(body) for body in self._proxies.values()]
+
+    def proxy_documents(self) -> Mapping[ProxyKey, str]:
+        """Each Proxy's slim body as the compact JSON kept: a changed body is a new string,
+        so a reader may keep what it decoded from an unchanged one (the fleet console)."""
+        return types.MappingProxyType(self._proxies)
 
     def pool_members(self, namespace: str, pool: str) -> list[Mapping[str, Any]]:
         """The bodies of the Proxies labelled as members of the pool `namespace/pool`."""

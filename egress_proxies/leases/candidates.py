@@ -11,11 +11,16 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord
 
 
 def is_offerable(record: ProxyRecord) -> bool:
-    """Only proxies probed healthy, not being deleted and not draining are ever leased.
+    """Only proxies probed healthy, not being deleted, draining or cordoned are ever leased.
 
     A proxy not yet probed (`healthy is None`) is not offered: nobody has seen it work.
     """
-    return record.healthy is True and not record.deleting and not record.draining
+    return (
+        record.healthy is True
+        and not record.deleting
+        and not record.draining
+        and not record.cordoned
+    )
 
 
 def _rank(record: ProxyRecord) -> tuple[float, str]:

@@ -106,6 +106,14 @@ class Cooldowns:
             return False
         return self.cooling_until(key, target, now) is not None
 
+    def cooling(self, now: float) -> list[tuple[Pair, float, bool]]:
+        """Each pair cooling right now: the pair, until when, and whether a ban started it."""
+        return [
+            (pair, state.until, state.from_ban)
+            for pair, state in self._pairs.items()
+            if state.until > now
+        ]
+
     def active_count(self, now: float) -> int:
         """Pairs cooling right now."""
         return sum(1 for state in self._pairs.values() if state.until > now)

@@ -18,6 +18,12 @@ from egress_proxies.catalog.feed import PROXIES_WATCH, fleet_watches
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.catalog.sinks import keep_all
 from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
+from egress_proxies.console import (
+    Console,
+    ConsoleTokenDirectory,
+    register_pool_book,
+    start_console,
+)
 from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.events import EventRecorder
@@ -231,9 +237,27 @@ class Operator:
                 watched_version=functools.partial(self.watches.version, PROXIES_WATCH),
             )
         )
-        register_pools(
-            self.registry, self.pools, self.events, owns=shard.owns if shard else lambda _: True
+        # The console (when on) sees what the discovery API grants and the Events posted.
+        self.console = (
+            Console(
+                ConsoleTokenDirectory(settings.console_tokens_dir, self.clock),
+                self.fleet,
+                self.leases,
+                settings.lease_limits(),
+                self.clock,
+                client=self.client,
+                events=self.events,
+            )
+            if settings.console_tokens_dir
+            else None
         )
+        self.served_leases = self.console.store if self.console else self.leases
+        pool_events = self.console.events if self.console and self.console.events else self.events
+        register_pools(
+            self.registry, self.pools, pool_events, owns=shard.owns if shard else lambda _: True
+        )
+        if self.console is not None and self.console.pools is not None:
+            register_pool_book(self.registry, self.console.pools)
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
@@ -247,7 +271,7 @@ class Operator:
         await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)
 
     async def _proxy_gone(self, key: ProxyKey) -> None:
-        await self.leases.forget_proxy(key)
+        await self.served_leases.forget_proxy(key)
 
     async def _request_reconcile(self, namespace: str, name: str) -> None:
         """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
@@ -275,7 +299,7 @@ class Operator:
         tokens_dir = self.settings.discovery_tokens_dir
         app = create_app(
             self.fleet,
-            self.leases,
+            self.served_leases,
             TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
             metrics=self.metrics.leases,
             demand=self.demand,
@@ -291,6 +315,10 @@ class Operator:
             redact_url(self.settings.lease_store),
         )
         servers = [discovery]
+        if self.console is not None:
+            host, port = self.settings.console_host, self.settings.console_port
+            servers.append(await start_console(self.console.app(), host, port))
+            logger.info("fleet console on %s:%d", host, port)
         if self.settings.metrics_port:
             servers.append(
                 await serve_metrics(self.metrics_registry, METRICS_HOST, self.settings.metrics_port)

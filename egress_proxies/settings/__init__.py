@@ -10,6 +10,7 @@ Each field is one option (`options.py`): `cli.py` builds the flags and
 """
 
 from egress_proxies.settings.cluster import ClusterSettings
+from egress_proxies.settings.console import ConsoleSettings
 from egress_proxies.settings.dev_cluster import DevClusterDownSettings, DevClusterUpSettings
 from egress_proxies.settings.discovery import DiscoverySettings
 from egress_proxies.settings.environment import drop_trace_context, process_environment
@@ -22,6 +23,7 @@ from egress_proxies.settings.telemetry import TelemetrySettings
 __all__ = [
     "ENV_PREFIX",
     "ClusterSettings",
+    "ConsoleSettings",
     "DevClusterDownSettings",
     "DevClusterUpSettings",
     "DiscoveryServerSettings",

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from egress_proxies.settings.cluster import ClusterSettings
+from egress_proxies.settings.console import ConsoleSettings
 from egress_proxies.settings.leases import LeaseSettings
 from egress_proxies.settings.options import REQUIRED, option
 from egress_proxies.settings.server import DiscoveryServerSettings
 
 
-class DiscoverySettings(ClusterSettings, LeaseSettings, DiscoveryServerSettings):
+class DiscoverySettings(ClusterSettings, LeaseSettings, DiscoveryServerSettings, ConsoleSettings):
     """The discovery tier's options: a shared lease store (required), limits, the API."""
 
     title: ClassVar[str] = "discovery tier"

@@ -10,13 +10,16 @@ from pydantic_settings import NoDecode
 
 from egress_proxies.model import DEFAULT_SQUID_IMAGE
 from egress_proxies.settings.cluster import ClusterSettings
+from egress_proxies.settings.console import ConsoleSettings
 from egress_proxies.settings.leases import LeaseSettings
 from egress_proxies.settings.options import ENV_PREFIX, option, seconds
 from egress_proxies.settings.server import DiscoveryServerSettings
 from egress_proxies.settings.telemetry import TelemetrySettings
 
 
-class RunSettings(ClusterSettings, LeaseSettings, DiscoveryServerSettings, TelemetrySettings):
+class RunSettings(
+    ClusterSettings, LeaseSettings, DiscoveryServerSettings, ConsoleSettings, TelemetrySettings
+):
     """The operator's options, read from `EGRESS_PROXIES_*` variables and overridden by flags."""
 
     title: ClassVar[str] = "operator"

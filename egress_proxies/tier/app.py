@@ -10,6 +10,7 @@ import sys
 from egress_proxies.catalog.feed import fleet_watches
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.console import Console, ConsoleTokenDirectory, start_console
 from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
@@ -47,21 +48,38 @@ class DiscoveryTier:
     async def serve(self, stop: asyncio.Event) -> None:
         """Reflect and serve until `stop` is set."""
         tokens_dir = self.settings.discovery_tokens_dir
+        console_dir = self.settings.console_tokens_dir
+        console = (
+            Console(
+                ConsoleTokenDirectory(console_dir, self.clock),
+                self.fleet,
+                self.store,
+                self.settings.lease_limits(),
+                self.clock,
+            )
+            if console_dir
+            else None
+        )
         app = create_app(
             self.fleet,
-            self.store,
+            console.store if console else self.store,
             TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
             allow_no_auth=self.settings.discovery_allow_no_auth,
             synced=self.synced,
         )
         tasks = [asyncio.create_task(self.watches.run(), name="fleet watches")]
         host, port = self.settings.discovery_host, self.settings.discovery_port
-        runner = await start(app, host, port)
+        runners = [await start(app, host, port)]
         logger.info("discovery tier on %s:%d", host, port)
+        if console is not None:
+            console_host, console_port = self.settings.console_host, self.settings.console_port
+            runners.append(await start_console(console.app(), console_host, console_port))
+            logger.info("fleet console (read-only) on %s:%d", console_host, console_port)
         try:
             await stop.wait()
         finally:
-            await runner.cleanup()
+            for runner in runners:
+                await runner.cleanup()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -87,6 +87,7 @@ MALFORMED = {
     "liveness_port": "70000",
     "discovery_port": "abc",
     "discovery_allow_no_auth": "perhaps",
+    "console_port": "70000",
     "metrics_port": "-1",
     "trace_health_probes": "perhaps",
     "lease_store": "ftp://files",
@@ -120,6 +121,8 @@ ANY_TEXT = {
     "squid_image",  # any text but the empty flag (an empty variable is unset)
     "discovery_host",
     "discovery_tokens_dir",
+    "console_tokens_dir",
+    "console_host",
     "lease_store_prefix",
     "gcp_project",
     "peering",

@@ -60,7 +60,17 @@ def test_printer_columns() -> None:
     columns = [
         c["name"] for c in crd.proxy_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     ]
-    assert columns == ["Phase", "Ready", "IP", "Provider", "Healthy", "Latency", "Draining", "Age"]
+    assert columns == [
+        "Phase",
+        "Ready",
+        "IP",
+        "Provider",
+        "Healthy",
+        "Latency",
+        "Draining",
+        "Cordoned",
+        "Age",
+    ]
 
 
 POOL_CHECKED_IN = CHECKED_IN.parent / "proxypool.yaml"

@@ -129,3 +129,14 @@ def test_help_lists_every_field_with_its_flag_and_variables(
         assert flag_of(RunSettings, name) in text, name
         for variable in variables_of(RunSettings, name):
             assert f"${variable}" in text, variable
+
+
+def test_the_console_is_off_until_given_its_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings_of(monkeypatch).console_tokens_dir is None
+    settings = settings_of(monkeypatch, "--console-tokens-dir", "/etc/console-users")
+    assert (settings.console_tokens_dir, settings.console_port) == (
+        Path("/etc/console-users"),
+        8091,
+    )
+    monkeypatch.setenv("EGRESS_PROXIES_CONSOLE_PORT", "9191")
+    assert settings_of(monkeypatch).console_port == 9191
