@@ -172,7 +172,10 @@ class ProxySpec(_Model):
     health_check: HealthCheck = HealthCheck()
     endpoint: Endpoint | None = None
     cloud_init: CloudInit | None = None
+    # Leases at once per target (crawlers sharing the proxy for one site), and targets at
+    # once (None: any number; 1 with maxLeases 1: an exclusive proxy). leases/capacity.py.
     max_leases: Annotated[int, Field(ge=1, le=1000)] = 1
+    max_targets: Annotated[int, Field(ge=1, le=100_000)] | None = None
     kubernetes: KubernetesSpec | None = None
     gcp: GcpSpec | None = None
 
