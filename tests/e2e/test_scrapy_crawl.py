@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +18,8 @@ from egress_proxies_client import AsyncPool, ProxyInfo
 
 from egress_proxies.kube import KubeClient
 from harness.cluster import wait_for
-from harness.crawl_site import PAGES, SPIDER, Site, serve_site
+from harness.crawl_site import PAGES, Site, serve_site
+from harness.crawl_site import run_spider as crawl_sites
 from harness.origins import Origin, serve_origin
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path, wait_for_condition
 
@@ -73,29 +72,9 @@ async def run_spider(
     operator: OperatorProcess, tmp_path: Path, site: Site, **env: str
 ) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """One `scrapy runspider` of the crawl spider over the crawl pool: its log, items, stats."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
-        *("-a", f"start_url={site.url}"),
-        env=os.environ
-        | {
-            "EGRESS_PROXIES_API_URL": operator.discovery_url,
-            "EGRESS_PROXIES_TOKEN": operator.discovery_token,
-            "EGRESS_PROXIES_SELECTOR": json.dumps({"pool": "crawl"}),
-            "CRAWL_OUT": str(tmp_path),
-        }
-        | env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output, _ = await asyncio.wait_for(process.communicate(), timeout=300)
-    log = output.decode()
-    (tmp_path / "scrapy.log").write_text(log)
-    assert process.returncode == 0, log[-4000:]
-    items = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
-    stats = json.loads((tmp_path / "stats.json").read_text())
-    return log, items, stats
+    api = (operator.discovery_url, operator.discovery_token)
+    selector = json.dumps({"pool": "crawl"})
+    return await crawl_sites(api, tmp_path, [site.url], EGRESS_PROXIES_SELECTOR=selector, **env)
 
 
 @asynccontextmanager
