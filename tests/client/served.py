@@ -84,21 +84,3 @@ async def serve_async(*records: ProxyRecord, **store_settings: Any) -> AsyncIter
         yield served
     finally:
         await runner.cleanup()
-
-
-@asynccontextmanager
-async def serve_real_time(
-    *records: ProxyRecord, **store_settings: Any
-) -> AsyncIterator[tuple[str, str, MemoryLeaseStore]]:
-    """The app on the test's loop on the system clock, for a crawler in another process
-    whose pace, holds and probes must pass in real time: its URL, a token, its store."""
-    store = MemoryLeaseStore(LeaseLimits(**store_settings))
-    tokens = Tokens()
-    app = create_app(ListCatalog(*records), store, tokens)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", tokens.one, store
-    finally:
-        await runner.cleanup()

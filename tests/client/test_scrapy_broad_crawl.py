@@ -16,9 +16,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from harness.crawl_site import PAGES, Site, run_spider, serve_site
+from harness.local_fleet import serve_fleet
 from harness.squid import SquidProcess
-from tests.client.served import serve_real_time
-from tests.integration.discovery_helpers import record
 
 PROXIES = 4
 # Pages/s each site allows one source address (the three sites).
@@ -29,11 +28,7 @@ BAN_AFTER, BAN_WINDOW = 20, 10.0
 async def test_one_scrapy_process_spreads_three_sites_over_every_proxy(tmp_path: Path) -> None:
     hosts = dict.fromkeys(RATES, "127.0.0.1")
     with SquidProcess(ports=PROXIES, own_sources=True, hosts=hosts) as squid:
-        proxies = [
-            record(f"p{index}", port=port, credentials=None)
-            for index, port in enumerate(squid.ports)
-        ]
-        async with serve_real_time(*proxies) as (url, token, store), AsyncExitStack() as stack:
+        async with serve_fleet(squid) as (url, token, store), AsyncExitStack() as stack:
             sites: dict[str, Site] = {}
             for name, rate in RATES.items():
                 sites[name] = await stack.enter_async_context(
