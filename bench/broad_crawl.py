@@ -15,7 +15,9 @@ the middleware's defaults (CONCURRENT_REQUESTS 16 + 4 per site), then an SDK
 crawler (`AsyncPool.turn`, a few tasks per site), each on fresh sites. Printed per
 crawl: total efficiency = pages/s / sum(R x N), the least site efficiency
 (pages/s / (R x N) over the site's own crawl), the share of answers that were 429,
-bans; and per site. `--smoke`: 2 proxies, 3 sites for 3 s.
+bans; and per site, besides those, pages/s / (R x N) from its first 429 on (how
+close the leases held the limit they found). `--sites 1 --proxies 1`: one lease.
+`--smoke`: 2 proxies, 3 sites for 3 s.
 """
 
 from __future__ import annotations
@@ -148,8 +150,8 @@ def report(name: str, rates: dict[str, float], sites: dict[str, Site], proxies: 
         least = min(least, efficiency)
         lines.append(
             f"  {host} (R = {rates[host]:g}/s): efficiency {efficiency:.2f} "
-            f"({len(answers)} pages in {span:.1f} s), 429 share {site.share_of(429):.1%}, "
-            f"bans {1 if site.victim else 0}"
+            f"({len(answers)} pages in {span:.1f} s), {_after_the_limit(site, proxies)}, "
+            f"429 share {site.share_of(429):.1%}, bans {1 if site.victim else 0}"
         )
     answers_429 = sum(1 for _, status in everything if status == 429)
     bans = sum(1 for site in sites.values() if site.victim)
@@ -159,6 +161,20 @@ def report(name: str, rates: dict[str, float], sites: dict[str, Site], proxies: 
         f"429 share {answers_429 / len(everything):.1%} ({len(everything)} answers); bans {bans}"
     )
     print("\n".join(lines))
+
+
+def _after_the_limit(site: Site, proxies: int) -> str:
+    """Pages/s / (R x N) from the site's first 429 (its limit found) to its last page."""
+    refused = [at for r in site.answers.values() for at, status in r if status == 429]
+    if not refused:
+        return "no limit found"
+    found = min(refused)
+    after = sorted(at for r in site.answers.values() for at, status in r if status == 200)
+    after = [at for at in after if at > found]
+    if len(after) < 2:
+        return "no page after the limit was found"
+    held = len(after) / (after[-1] - found) / (site.rate * proxies)
+    return f"{held:.2f} of R x N once the limit was found"
 
 
 async def crawl_sites(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from egress_proxies_client import AsyncPool, Pool, ProxyBannedError
+from egress_proxies_client import AsyncPool, Pool, ProxyBannedError, ProxyRateLimitedError
 
 from egress_proxies.leases import PaceLimits
 from tests.client.served import Served, serve_async, serve_in_thread
@@ -68,8 +68,14 @@ async def test_a_ban_drops_the_lease_and_an_idle_one_is_given_back() -> None:
                 banned.check(403, {})
         assert served.reports("banned", "http_403") == 1
         assert served.store.last_counts().leases == 0
-        async with pool.turn("shop.example") as lease:
-            assert lease.proxy_key != banned.proxy_key
+        with pytest.raises(ProxyRateLimitedError):
+            async with pool.turn("shop.example") as lease:
+                assert lease.proxy_key != banned.proxy_key
+                lease.check(429, {"Retry-After": "2"})
+        assert served.reports("rate_limited", "http_429") == 1
+        async with pool.turn("shop.example") as other:
+            assert other.proxy_key != lease.proxy_key, "the rate-limited lease waits 2 s"
+        assert served.store.last_counts().leases == 2, "a rate limit keeps the lease"
         served.clock.advance(31)
         async with pool.turn("shop.example") as later:
             assert later.lease_id != lease.lease_id, "the idle lease was given back"

@@ -9,6 +9,7 @@ Lock, and `async`/`await` go.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -290,9 +291,10 @@ class AsyncPool:
         at its pace (up to `leases_per_target`, else as many as the fleet grants),
         gives back a lease unused for `idle` seconds, and one to another crawler that
         waits for the target holding fewer. Call the lease's `observe` with the answer;
-        a ban raised in the block (`observe`'s ProxyBannedError) is reported and the
-        lease given up. Leases `turn` took are released by `aclose`. Waits up to `wait`
-        for a first lease, then raises NoProxyAvailableError.
+        a refusal raised in the block (`check`'s, or `observe`'s ProxyBannedError) is
+        reported, and a banned lease given up. Leases `turn` took are released by
+        `aclose`. Waits up to `wait` for a first lease, then raises
+        NoProxyAvailableError.
         """
         key = (target, tuple(sorted((selector or {}).items())))
         while True:
@@ -310,6 +312,9 @@ class AsyncPool:
                     self._spreads[key].remove(held.lease_id)
                 await _report_quietly(held, classification)
                 await held.release()
+            elif classification is not None:  # rate limited: wait out Retry-After, slower
+                with contextlib.suppress(EgressProxiesError):
+                    await held.rate_limited(classification.reason, classification.retry_after)
             raise
 
     async def _next_lease(
