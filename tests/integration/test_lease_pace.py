@@ -179,6 +179,23 @@ async def test_a_limit_the_holder_counted_is_the_limit(
     assert rate(await ok(store, lease, 100)) == 2.85
 
 
+async def test_a_probe_above_a_counted_limit_drops_straight_back_to_the_cruise(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 3)) == 8.0
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.75
+    clock.advance(31.0)
+    probing = rate(await ok(store, lease, 10))
+    assert probing > 5.0, "probing above the limit"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.75, "not 0.7 of the probe"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "cruising, no climb back"
+
+
 async def test_a_limit_counted_as_nothing_is_estimated(
     make_store: MakeStore, clock: ManualClock
 ) -> None:
