@@ -9,9 +9,10 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
 - A remembered limit: a rate limit remembers the pace the site allowed as the
   pair's limit, and lowers the pace by `decrease`, at least to `cruise` x the
   limit. The holder counts what the site allowed: the requests it accepted in
-  the second before it refused one (a report's `accepted`); when that count is
-  below the pace, the pace drops straight to `cruise` x the count (a probe's
-  overshoot costs no climb back). A report without
+  the second before it refused one (a report's `accepted`); the pace then drops
+  to `cruise` x that count, or by `CONVERGE` when it was already there (a probe's
+  overshoot costs no climb back, nor does a refusal of requests the network
+  bunched together). A report without
   that count (an older client) leaves the server to estimate it: the pace the
   site saw over the last second (the pace before the last change, then the
   current one, weighted by time: a limit hit right after a doubling came at
@@ -221,12 +222,11 @@ def lowered(
     if now < state.hold_until:
         return False
     if accepted is not None and accepted >= 1:
-        # A counted limit below the pace explains the refusal: back to the cruise below
-        # it at once (a probe's overshoot costs no climb); one that does not explain it
-        # (the pace was not above it) leaves the multiplicative decrease.
+        # The site's limit as counted: the pace goes to the cruise below it at once (a
+        # probe's overshoot costs no climb back), and a refusal while already there
+        # (requests bunched on the way) lowers it by CONVERGE, not by `decrease`.
         state.limit = float(accepted)
-        cruise = limits.cruise * state.limit
-        lower = cruise if cruise < state.rate else state.rate * limits.decrease
+        lower = min(limits.cruise * state.limit, state.rate * CONVERGE)
     else:
         cruising = state.limit is not None and now < state.probe_at
         state.limit = state.seen(now) * (CONVERGE if cruising else 1.0)

@@ -179,7 +179,7 @@ async def test_a_limit_the_holder_counted_is_the_limit(
     assert rate(await ok(store, lease, 100)) == 2.85
 
 
-async def test_a_probe_above_a_counted_limit_drops_straight_back_to_the_cruise(
+async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
     make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
@@ -191,9 +191,12 @@ async def test_a_probe_above_a_counted_limit_drops_straight_back_to_the_cruise(
     probing = rate(await ok(store, lease, 10))
     assert probing > 5.0, "probing above the limit"
     clock.advance(1.0)
-    assert rate(await rate_limited(store, lease, accepted=5)) == 4.75, "not 0.7 of the probe"
+    lowered = rate(await rate_limited(store, lease, accepted=5))
+    assert lowered == round(min(4.75, 0.9 * probing), 6), "not 0.7 of the probe"
     clock.advance(1.0)
-    assert rate(await ok(store, lease, 100)) == 4.75, "cruising, no climb back"
+    assert rate(await ok(store, lease, 100)) == 4.75, "back at the cruise"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.275, "bunched: 0.9 of it"
 
 
 async def test_a_limit_counted_as_nothing_is_estimated(
@@ -218,7 +221,7 @@ async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
     assert rate(await ok(store, second, 1)) == 2.828427, "from where the fleet got"
     assert rate(await ok(store, third, 6)) > 10.0
     clock.advance(0.5)
-    assert rate(await rate_limited(store, first, accepted=5)) == 1.4
+    assert rate(await rate_limited(store, first, accepted=5)) == 1.8, "0.9: as counted"
     assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
     assert rate(await ok(store, third, 1)) == 4.75, "above it: down to the cruise at once"
     clock.advance(10.0)

@@ -211,12 +211,8 @@ local function lower(state, now, P, retry_after, accepted)
   local new_rate
   if accepted and accepted >= 1 then
     seen = accepted
-    -- A counted limit below the pace explains the refusal: straight to the cruise.
-    if P.cruise * seen < state.rate then
-      new_rate = P.cruise * seen
-    else
-      new_rate = state.rate * P.decrease
-    end
+    -- As counted: to the cruise below it, or by CONVERGE when already there.
+    new_rate = math.min(P.cruise * seen, state.rate * CONVERGE)
   else
     if state.before ~= nil then
       local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
