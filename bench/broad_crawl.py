@@ -1,13 +1,14 @@
 """A broad crawl at the fleet's capacity: K sites at once, by one Scrapy process and by the SDK.
 
-    python -m bench.broad_crawl [--sites 3 30] [--proxies 4] [--seconds 40] [--smoke]
+    python -m bench.broad_crawl [--sites 3 30] [--proxies 4] [--seconds 40] [--fastest 20]
+                                [--smoke]
 
 bench.crawl's companion for many sites. The N proxies are one local squid on N
 ports, each leaving from its own loopback address (127.0.0.2, .3, ...), so a site
 limiting each source address sees N clients, as it sees N squid pods; squid
 resolves the K sites' names (site-1.test, ...) to K local sites. Site i allows R_i
-pages/s per source address (R from 1 to 20 across the sites; 429 with
-`Retry-After: 1` above it, a ban after 20 429s within 10 s) and has R_i x N x
+pages/s per source address (R from 1 to 20, or `--fastest`, across the sites; 429
+with `Retry-After: 1` above it, a ban after 20 429s within 10 s) and has R_i x N x
 `--seconds` pages (at least 30), so at the sites' pace every site takes as long.
 The real API (memory store, system clock) grants the leases, anew for each crawl,
 so each crawl finds the sites' limits itself. For each K: one Scrapy process on
@@ -56,11 +57,11 @@ class Sites:
     rates: dict[str, float]
 
     @classmethod
-    def spread(cls, count: int) -> Sites:
-        """`count` sites with rates spread evenly from SLOWEST to FASTEST."""
+    def spread(cls, count: int, fastest: float = FASTEST) -> Sites:
+        """`count` sites with rates spread evenly from SLOWEST to `fastest`."""
         if count == 1:
             return cls({"site-1.test": 5.0})
-        step = (FASTEST - SLOWEST) / (count - 1)
+        step = (fastest - SLOWEST) / (count - 1)
         return cls({f"site-{i + 1}.test": float(round(SLOWEST + i * step)) for i in range(count)})
 
 
@@ -205,7 +206,7 @@ async def crawl_sites(
 async def measure(args: argparse.Namespace, root: Path) -> None:
     """For each K: Scrapy, then the SDK."""
     for count in args.sites:
-        rates = Sites.spread(count).rates
+        rates = Sites.spread(count, args.fastest).rates
         await crawl_sites(f"scrapy, {count} sites", scrapy_crawl, rates, args, root / f"s{count}")
         await crawl_sites(f"sdk, {count} sites", sdk_crawl, rates, args, root / f"k{count}")
 
@@ -216,6 +217,7 @@ def main() -> None:
     parser.add_argument("--sites", type=int, nargs="+", default=[3, 30], help="K sites at once")
     parser.add_argument("--proxies", type=int, default=4, help="N proxies")
     parser.add_argument("--seconds", type=float, default=40.0, help="each site's crawl at pace")
+    parser.add_argument("--fastest", type=float, default=FASTEST, help="the fastest site's R")
     parser.add_argument("--smoke", action="store_true", help="a quick run for the test suite")
     args = parser.parse_args()
     if args.smoke:

@@ -327,7 +327,8 @@ class EgressProxiesMiddleware:
         first request on): the scheduler's downloader-aware queue balances on that count."""
         downloader: Any = getattr(self._crawler.engine, "downloader", None)
         slots = getattr(downloader, "slots", None)
-        slot = None if slots is None else slots.get(downloader.get_slot_key(request))
+        slot_key = getattr(downloader, "get_slot_key", None)  # absent from older Scrapy
+        slot = None if slots is None or slot_key is None else slots.get(slot_key(request))
         if slot is None:
             yield
             return
