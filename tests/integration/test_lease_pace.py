@@ -197,6 +197,12 @@ async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
     assert rate(await ok(store, lease, 100)) == 4.75, "back at the cruise"
     clock.advance(1.0)
     assert rate(await rate_limited(store, lease, accepted=5)) == 4.275, "bunched: 0.9 of it"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=4)) == 4.275, "counted one late"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "the limit stayed 5"
 
 
 async def test_a_limit_counted_as_nothing_is_estimated(

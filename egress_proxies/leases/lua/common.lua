@@ -211,6 +211,10 @@ local function lower(state, now, P, retry_after, accepted)
   local new_rate
   if accepted and accepted >= 1 then
     seen = accepted
+    -- One short of the remembered limit: that limit, counted a little late.
+    if state.limit ~= nil and accepted >= state.limit - 1 and accepted < state.limit then
+      seen = state.limit
+    end
     -- As counted: to the cruise below it, or by CONVERGE when already there.
     new_rate = math.min(P.cruise * seen, state.rate * CONVERGE)
   else
