@@ -1,7 +1,8 @@
-"""Acceptance: real Scrapy crawls of one domain through managed squid pods and the real
-API. A site that allows R pages/s per source address gets the fleet's pace, spread
-over several proxies at once; one that rate-limits a crawler starting too fast
-into a ban gets it reported, and the banned proxy is never used again."""
+"""Acceptance: real Scrapy crawls through managed squid pods and the real API. A site
+that allows R pages/s per source address gets the fleet's pace, spread over several
+proxies at once; three sites crawled at once by their own host names each get every
+proxy; one that rate-limits a crawler starting too fast into a ban gets it reported,
+and the banned proxy is never used again."""
 
 from __future__ import annotations
 
