@@ -152,3 +152,21 @@ async def test_a_broad_crawl_spreads_every_target_over_the_fleet(store: LeaseSto
     for site in sites:
         names = [lease.proxy.name for lease in held if lease.target == site]
         assert len(set(names)) == 2, f"{site} got one proxy twice: {names}"
+
+
+async def test_expiry_and_forgetting_free_a_proxys_targets(
+    store: LeaseStore, clock: ManualClock
+) -> None:
+    two = record("two", max_targets=2)
+    candidates = pool(two)
+    granted(await store.acquire(candidates, "a.example", 30))
+    granted(await store.acquire(candidates, "b.example", 60))
+    refused(await store.acquire(candidates, "c.example", 60))
+    clock.advance(30)  # a's lease expires: room for a second target again
+    granted(await store.acquire(candidates, "c.example", 60))
+    refused(await store.acquire(candidates, "a.example", 60))
+    await store.forget_proxy(two.key)
+    assert await store.active_counts() == {}
+    for target in ("a.example", "b.example"):
+        assert granted(await store.acquire(candidates, target, 60)).proxy.name == "two"
+    refused(await store.acquire(candidates, "c.example", 60))
