@@ -33,7 +33,7 @@ local list = B .. 'pool:' .. digest
 if digest ~= '' and redis.call('EXISTS', list) == 0 then return {2} end
 local CHUNK = 64
 local field = target_field(target)
-local keys, most, most_targets, pair_counts, counts, targets = {}, {}, {}, {}, {}, {}
+local keys, most, most_targets, pair_counts, counts = {}, {}, {}, {}, {}
 local n = 0
 local function load_more()
   if digest == '' then return false end
@@ -49,18 +49,32 @@ local function load_more()
   local from = n - #chunk
   local held = redis.call('HMGET', B .. 'held', unpack(chunk))
   local pair_held = redis.call('HMGET', B .. 'pheld', unpack(pairs_))
-  local target_held = redis.call('HMGET', B .. 'ptargets', unpack(chunk))
   for i = 1, #chunk do
     counts[from + i] = tonumber(held[i]) or 0
     pair_counts[from + i] = tonumber(pair_held[i]) or 0
-    targets[from + i] = tonumber(target_held[i]) or 0
   end
   return true
+end
+-- The targets a proxy holds leases for, counted from its leases (only for a proxy with
+-- a maxTargets bound: no counter to keep, none to drift).
+local function targets_of(key)
+  local seen, count = {}, 0
+  for _, lease in ipairs(redis.call('ZRANGE', B .. 'holders:' .. key, 0, -1)) do
+    local t = redis.call('HGET', B .. 'lease:' .. lease, 't') or ''
+    if not seen[t] then
+      seen[t] = true
+      count = count + 1
+    end
+  end
+  return count
 end
 -- capacity.py's is_full_for.
 local function is_full(i)
   if pair_counts[i] >= most[i] then return true end
-  return pair_counts[i] == 0 and most_targets[i] ~= nil and targets[i] >= most_targets[i]
+  if pair_counts[i] > 0 or most_targets[i] == nil or counts[i] < most_targets[i] then
+    return false
+  end
+  return targets_of(keys[i]) >= most_targets[i]
 end
 -- When a full proxy has room for the target: the first of its leases for the target to
 -- end, else the first of its other targets to have all its leases end.
@@ -134,9 +148,7 @@ redis.call('HSET', B .. 'lease:' .. id, 'k', key, 't', target, 'l', ARGV[2], 'e'
 redis.call('ZADD', B .. 'exp', fmt(expires_at), id)
 redis.call('ZADD', B .. 'holders:' .. key, fmt(expires_at), id)
 redis.call('HINCRBY', B .. 'held', key, 1)
-if redis.call('HINCRBY', B .. 'pheld', key .. '\n' .. field, 1) == 1 then
-  redis.call('HINCRBY', B .. 'ptargets', key, 1)
-end
+redis.call('HINCRBY', B .. 'pheld', key .. '\n' .. field, 1)
 if target ~= '' then redis.call('ZADD', B .. 'tlease:' .. target, fmt(expires_at), id) end
 redis.call('PEXPIRE', list, pool_ttl)
 redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)

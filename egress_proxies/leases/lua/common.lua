@@ -7,7 +7,6 @@
 --   ended         zset  ended lease id -> when its reports stop being accepted
 --   holders:<key> zset  active lease id -> expires at, per proxy
 --   held          hash  proxy key -> active lease count
---   ptargets      hash  proxy key -> targets it holds leases for (pheld's pairs of it)
 --   cool:<key>    hash  u|<f> = cooling until, m|<f> = "strikes rate_strikes from_ban"
 --                       per target field <f> ("t:<target>" or "g" for global)
 --   coolq         zset  "<key>\n<f>" -> when the pair may be forgotten
@@ -30,12 +29,7 @@ end
 -- A lease leaves its pair's and its target's counts (acquire enters them).
 local function leave_pair(id, key, target)
   local pair = key .. '\n' .. target_field(target)
-  if redis.call('HINCRBY', B .. 'pheld', pair, -1) <= 0 then
-    redis.call('HDEL', B .. 'pheld', pair)
-    if redis.call('HINCRBY', B .. 'ptargets', key, -1) <= 0 then
-      redis.call('HDEL', B .. 'ptargets', key)
-    end
-  end
+  if redis.call('HINCRBY', B .. 'pheld', pair, -1) <= 0 then redis.call('HDEL', B .. 'pheld', pair) end
   if target ~= '' then redis.call('ZREM', B .. 'tlease:' .. target, id) end
 end
 

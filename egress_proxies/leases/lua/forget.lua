@@ -11,7 +11,6 @@ end
 redis.call('DEL', B .. 'pace:' .. key)
 redis.call('DEL', B .. 'holders:' .. key)
 redis.call('HDEL', B .. 'held', key)
-redis.call('HDEL', B .. 'ptargets', key)
 redis.call('HSET', B .. 'forgot', key, redis.call('GET', B .. 'seq') or '0')
 local fields = redis.call('HKEYS', B .. 'cool:' .. key)
 for _, f in ipairs(fields) do
