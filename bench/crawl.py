@@ -18,7 +18,8 @@ after the restore (10 s windows), and the most pages one address got within
 one second; and per Scrapy process, its finish reason, the pages it fetched, the
 leases it took and those it gave back to the other crawler. Several minutes;
 figures in docs/performance.md. `--smoke`: 2 proxies,
-a 30-page site, 3 s at R / 2: under two minutes, for the test suite.
+a 30-page site, 3 s at R / 2: under two minutes, for the test suite. Several sites
+crawled at once: bench.broad_crawl.
 """
 
 from __future__ import annotations

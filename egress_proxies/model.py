@@ -219,7 +219,12 @@ class ProxySpec(_Model):
     endpoint: Endpoint | None = None
     cloud_init: CloudInit | None = None
     max_leases: Annotated[int, Field(ge=1, le=1000)] = 1
-    """Leases the proxy may hold at once (1: exclusive to one lease)."""
+    """Leases the proxy may hold at once for one target (crawlers sharing it for one site).
+
+    With maxTargets 1 too, the proxy is exclusive to one lease.
+    """
+    max_targets: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Targets (sites) the proxy carries at once; unset: any number, each paced on its own."""
     cordoned: bool = False
     """No new leases while true: leases held already run to their end.
 

@@ -12,12 +12,17 @@ whether it came back.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -128,3 +133,29 @@ async def serve_site(
         yield site
     finally:
         await runner.cleanup()
+
+
+async def run_spider(
+    api: tuple[str, str], out: Path, start_urls: list[str], **env: str
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """One `scrapy runspider` of SPIDER crawling `start_urls` through the API at `api` (URL,
+    token), to its end: its log, items and stats (written under `out`). `env`: the
+    spider's CRAWL_* and EGRESS_PROXIES_* settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "scrapy", "runspider", str(SPIDER)),
+        *("-a", f"start_url={' '.join(start_urls)}"),
+        env=os.environ
+        | {"EGRESS_PROXIES_API_URL": api[0], "EGRESS_PROXIES_TOKEN": api[1], "CRAWL_OUT": str(out)}
+        | env,
+        cwd=out,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=300)
+    log = output.decode()
+    (out / "scrapy.log").write_text(log)
+    assert process.returncode == 0, log[-4000:]
+    items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+    stats = json.loads((out / "stats.json").read_text())
+    return log, items, stats

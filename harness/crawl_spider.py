@@ -38,15 +38,20 @@ class SiteSpider(scrapy.Spider):
         "COOKIES_ENABLED": False,
         "TELNETCONSOLE_ENABLED": False,
         "CONCURRENT_REQUESTS": int(os.environ.get("CRAWL_CONCURRENCY", "8")),
-        "CONCURRENT_REQUESTS_PER_DOMAIN": int(os.environ.get("CRAWL_CONCURRENCY", "8")),
-        "EGRESS_PROXIES_LEASES_PER_DOMAIN": int(os.environ.get("CRAWL_LEASES_PER_DOMAIN", "4")),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": int(
+            os.environ.get("CRAWL_CONCURRENCY_PER_DOMAIN", os.environ.get("CRAWL_CONCURRENCY", "8"))
+        ),
         "LOG_LEVEL": "INFO",
         "FEEDS": {str(OUT / "items.jsonl"): {"format": "jsonlines"}},
     }
+    if "CRAWL_LEASES_PER_DOMAIN" in os.environ:  # else the middleware's default: no bound
+        custom_settings["EGRESS_PROXIES_LEASES_PER_DOMAIN"] = int(
+            os.environ["CRAWL_LEASES_PER_DOMAIN"]
+        )
 
     def __init__(self, start_url: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.start_urls = [start_url]
+        self.start_urls = start_url.split()  # one site, or several separated by spaces
 
     def parse(self, response: Response) -> Iterator[Any]:
         """A page: record it and follow its links; anything else: record it as bad."""
@@ -54,7 +59,11 @@ class SiteSpider(scrapy.Spider):
         if response.status != 200 or number is None:
             yield {"bad": response.status, "url": response.url}
             return
-        yield {"page": int(number), "proxy": response.meta.get("egress_proxies_proxy")}
+        yield {
+            "page": int(number),
+            "proxy": response.meta.get("egress_proxies_proxy"),
+            "host": response.url.split("/")[2],
+        }
         yield from response.follow_all(response.css("a::attr(href)").getall(), self.parse)
 
     def closed(self, reason: str) -> None:

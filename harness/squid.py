@@ -11,6 +11,11 @@ authenticated exactly like a managed proxy: the project's own
         squid.stop(); squid.start()   # same ports again
         squid.pause(); squid.resume()  # SIGSTOP / SIGCONT: accepts, never answers
 
+`own_sources=True` sends each port's traffic from its own loopback address
+(127.0.0.2, .3, ...), so a site limiting each source address sees one client per
+port, as it sees one per squid pod; `hosts` maps names to addresses for squid
+alone (its `hosts_file`), so one local server answers for several host names.
+
 The run directory lives under /tmp, not under pytest's 0700 tmp dirs: squid
 runs as `proxy`, which must traverse it. Starting, stopping, pausing and
 resuming are `harness.process.ManagedProcess`'s.
@@ -80,12 +85,16 @@ class SquidProcess(ManagedProcess):
         *,
         credentials: ProxyCredentials | None = None,
         host: str = LOOPBACK,
+        own_sources: bool = False,
+        hosts: dict[str, str] | None = None,
     ) -> None:
         if not 1 <= ports <= MAX_PORTS_PER_PROCESS:
             raise ValueError(f"one squid listens on 1 to {MAX_PORTS_PER_PROCESS} ports")
         self.host = host
         self.ports = tuple(free_ports(ports, host))
         self.credentials = credentials
+        self.own_sources = own_sources
+        self.hosts = dict(hosts or {})
         self.run_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-squid-", dir="/tmp"))
         self.log = self.run_dir / "squid.out"
         self._write_files()
@@ -113,11 +122,30 @@ class SquidProcess(ManagedProcess):
         else:
             template = squid_conf(self.ports[0], passwd_path=str(self.run_dir / "passwd"))
             body = template.replace(f"http_port {self.ports[0]}\n", f"{listeners}\n", 1)
-        return body + _process_directives(self.run_dir)
+        return body + self._routing() + _process_directives(self.run_dir)
+
+    def source_address(self, index: int) -> str:
+        """The address port `index` sends from (with `own_sources`; else the host's)."""
+        return f"127.0.0.{index + 2}" if self.own_sources else self.host
+
+    def _routing(self) -> str:
+        lines: list[str] = []
+        if self.own_sources:
+            for index, port in enumerate(self.ports):
+                lines += (
+                    f"acl via_{port} localport {port}",
+                    f"tcp_outgoing_address {self.source_address(index)} via_{port}",
+                )
+        if self.hosts:
+            lines.append(f"hosts_file {self.run_dir / 'hosts'}")
+        return "\n".join(lines) + "\n"
 
     def _write_files(self) -> None:
         proxy_user = pwd.getpwnam(SQUID_USER)
         (self.run_dir / "squid.conf").write_text(self.config())
+        if self.hosts:
+            entries = "".join(f"{address} {name}\n" for name, address in self.hosts.items())
+            (self.run_dir / "hosts").write_text(entries)
         if self.credentials is not None:
             (self.run_dir / "passwd").write_text(passwd_line(self.credentials))
         os.chmod(self.run_dir, 0o711)  # noqa: S103 (squid's user only traverses it)

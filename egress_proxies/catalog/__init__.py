@@ -43,7 +43,9 @@ class ProxyRecord:
     credentials: ProxyCredentials | None = None
     healthy: bool | None = None
     latency_millis: int | None = None
+    # Leases per target at once, and targets at once (None: any number): leases/capacity.py.
     max_leases: int = 1
+    max_targets: int | None = None
     managed: bool = True
     deleting: bool = False
     # Its pool is removing it (the pool's draining annotation): it is leased no more.
@@ -99,6 +101,7 @@ def record_from_body(
         healthy=healthy,
         latency_millis=status.latency_millis,
         max_leases=spec.max_leases,
+        max_targets=spec.max_targets,
         managed=spec.mode == Mode.MANAGED,
         deleting=bool(meta.get("deletionTimestamp")),
         draining=bool((meta.get("annotations") or {}).get(DRAINING_ANNOTATION)),

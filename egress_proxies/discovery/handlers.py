@@ -264,6 +264,7 @@ def _summary(record: ProxyRecord, counts: Mapping[ProxyKey, int]) -> ProxySummar
         draining=record.draining,
         latency_millis=record.latency_millis,
         max_leases=record.max_leases,
+        max_targets=record.max_targets,
         active_leases=counts.get(record.key, 0),
         managed=record.managed,
     )

@@ -139,10 +139,12 @@ def _paths() -> JsonObject:
             "post": {
                 "operationId": "acquireLease",
                 "summary": "Lease the least-loaded healthy proxy matching the selector.",
-                "description": "Among healthy matches that are below their maxLeases and not "
-                "cooling down for the target: fewest active leases, then latency, then "
-                "namespace/name. The lease carries its pace: how many requests per second "
-                "to send through the proxy to the target.",
+                "description": "Among healthy matches with room for the target (fewer "
+                "than maxLeases leases for it, and fewer than maxTargets other targets "
+                "when it holds none for it) and not cooling down for it: fewest active "
+                "leases for the target, then in all, then latency, then namespace/name. "
+                "The lease carries its pace: how many requests per second to send "
+                "through the proxy to the target.",
                 "requestBody": _body("LeaseRequest"),
                 "responses": {
                     "201": _json("Leased.", _ref("LeaseGranted")),

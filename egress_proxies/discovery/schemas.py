@@ -265,8 +265,13 @@ class ProxySummary(_Response):
     deleting: bool
     draining: bool = Field(description="Its pool is removing it: it is leased no more.")
     latency_millis: int | None
-    max_leases: int
-    active_leases: int
+    max_leases: int = Field(description="Leases it carries at once for one target.")
+    max_targets: int | None = Field(
+        default=None,
+        description="Targets it carries leases for at once; null: any number. "
+        "maxTargets 1 with maxLeases 1 is an exclusive proxy.",
+    )
+    active_leases: int = Field(description="Leases held on it now, for every target.")
     managed: bool
 
 

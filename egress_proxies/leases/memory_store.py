@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
 from itertools import compress
 from operator import not_
@@ -23,6 +24,7 @@ from egress_proxies.catalog import ProxyKey, ProxyRecord
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.leases.banstorm import BanStorms
 from egress_proxies.leases.candidates import CandidatePool
+from egress_proxies.leases.capacity import is_full_for
 from egress_proxies.leases.cooldowns import Cooldowns
 from egress_proxies.leases.ended import EndedLeases
 from egress_proxies.leases.lease import (
@@ -45,7 +47,9 @@ class MemoryLeaseStore:
     Acquiring walks the pool's ranked proxies and stops at the first idle one, so
     its cost grows with the busy or cooling proxies ranked ahead of the winner,
     not with the size of the fleet; busy ones are skipped without a Python step
-    each, since an idle proxy, when there is one, always wins.
+    each, since an idle proxy, when there is one, always wins. Capacity is per
+    {proxy, target} pair (leases/capacity.py): among proxies with room for the
+    target, the fewest leases for it, then the fewest in all, win.
     """
 
     def __init__(self, limits: LeaseLimits | None = None, *, clock: Clock | None = None) -> None:
@@ -63,6 +67,8 @@ class MemoryLeaseStore:
         self._target_leases: dict[str, dict[LeaseId, Lease]] = {}
         self._active: dict[LeaseId, Lease] = {}
         self._holders: dict[ProxyKey, dict[LeaseId, Lease]] = {}
+        # Active leases per target, per proxy holding any.
+        self._pairs: dict[ProxyKey, dict[str | None, int]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
         self._ended = EndedLeases(limits.cooldown_window)
 
@@ -109,6 +115,8 @@ class MemoryLeaseStore:
             )
             self._active[lease.lease_id] = lease
             self._holders.setdefault(winner.key, {})[lease.lease_id] = lease
+            pairs = self._pairs.setdefault(winner.key, {})
+            pairs[target] = pairs.get(target, 0) + 1
             if target is not None:
                 self._target_leases.setdefault(target, {})[lease.lease_id] = lease
             heapq.heappush(self._expiry_queue, (lease.expires_at, lease.lease_id))
@@ -146,10 +154,7 @@ class MemoryLeaseStore:
         """The pace of one holder of the pair now (`joining`: a holder not counted yet)."""
         limits = self._pace_limits
         bounds = limits.bounds_for(target)
-        held = self._holders.get(key)
-        holders = joining
-        if held:
-            holders += sum(1 for lease in held.values() if lease.target == target)
+        holders = joining + self._pairs.get(key, {}).get(target, 0)
         leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
         learned = self._paces.learned(key, target)
         waiting = self._waiting.held_by_waiting(target, now)
@@ -172,19 +177,22 @@ class MemoryLeaseStore:
     def _least_loaded(
         self, pool: CandidatePool, target: str | None, now: float, paused_until: float | None
     ) -> ProxyRecord | NoMatch:
-        """The full walk: the free proxy with the fewest leases, or why none is free."""
+        """The full walk: the proxy with room for the target and the fewest leases for it,
+        then in all; or why none has room."""
         holders, cooldowns = self._holders, self._cooldowns
-        winner, winner_count = None, 0
+        no_pairs: dict[str | None, int] = {}
+        winner, winner_load = None, (0, 0)
         at_capacity = in_cooldown = 0
         for record in pool.ranked:
-            count = len(holders.get(record.key, ()))
-            if count >= record.max_leases:
+            pairs = self._pairs.get(record.key, no_pairs)
+            load = (pairs.get(target, 0), len(holders.get(record.key, ())))
+            if is_full_for(record, load[0], len(pairs)):
                 at_capacity += 1
             elif paused_until is not None or cooldowns.is_cooling(record.key, target, now):
                 in_cooldown += 1
-            elif winner is None or count < winner_count:
-                winner, winner_count = record, count
-                if count == 0:
+            elif winner is None or load < winner_load:
+                winner, winner_load = record, load
+                if load == (0, 0):
                     break
         if winner is None:
             free_at = self._earliest_free(pool, target, now)
@@ -283,6 +291,7 @@ class MemoryLeaseStore:
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         with self._lock:
+            self._pairs.pop(key, None)
             for lease in self._holders.pop(key, {}).values():
                 del self._active[lease.lease_id]
                 self._drop_from_target(lease)
@@ -343,6 +352,12 @@ class MemoryLeaseStore:
         del holders[lease.lease_id]
         if not holders:
             del self._holders[key]
+        pairs = self._pairs[key]
+        pairs[lease.target] -= 1
+        if not pairs[lease.target]:
+            del pairs[lease.target]
+            if not pairs:
+                del self._pairs[key]
         self._drop_from_target(lease)
         self._ended.add(lease, ended_at)
 
@@ -368,10 +383,10 @@ class MemoryLeaseStore:
         return earliest
 
     def _free_at(self, record: ProxyRecord, target: str | None, now: float) -> float:
-        holders = self._holders.get(record.key, {})
         free_at = now
-        if len(holders) >= record.max_leases:
-            free_at = min(lease.expires_at for lease in holders.values())
+        pairs = self._pairs.get(record.key, {})
+        if is_full_for(record, pairs.get(target, 0), len(pairs)):
+            free_at = _room_at(self._holders[record.key].values(), target)
         cooling_until = self._cooldowns.cooling_until(record.key, target, now)
         return free_at if cooling_until is None else max(free_at, cooling_until)
 
@@ -380,3 +395,15 @@ class MemoryLeaseStore:
         if len(self._expiry_queue) > 2 * len(self._active) + 1024:
             self._expiry_queue = [(lease.expires_at, i) for i, lease in self._active.items()]
             heapq.heapify(self._expiry_queue)
+
+
+def _room_at(leases: Iterable[Lease], target: str | None) -> float:
+    """When a full proxy holding `leases` has room for `target`: the first of its leases
+    for the target to end, else (it carries as many targets as it may) the first of its
+    other targets to have all its leases end."""
+    ends: dict[str | None, list[float]] = {}
+    for lease in leases:
+        ends.setdefault(lease.target, []).append(lease.expires_at)
+    if target in ends:
+        return min(ends[target])
+    return min(max(times) for times in ends.values())

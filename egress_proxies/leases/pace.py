@@ -9,7 +9,11 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
 - A remembered limit: a rate limit remembers the pace the site allowed as the
   pair's limit, and lowers the pace by `decrease`, at least to `cruise` x the
   limit. The holder counts what the site allowed: the requests it accepted in
-  the second before it refused one (a report's `accepted`). A report without
+  the second before it refused one (a report's `accepted`); the pace then drops
+  to `cruise` x that count, or by `CONVERGE` when it was already there (a probe's
+  overshoot costs no climb back, nor does a refusal of requests the network
+  bunched together). A count one short of the remembered limit keeps the limit:
+  the holder counts responses, the site arrivals, so a count may come one late. A report without
   that count (an older client) leaves the server to estimate it: the pace the
   site saw over the last second (the pace before the last change, then the
   current one, weighted by time: a limit hit right after a doubling came at
@@ -219,11 +223,19 @@ def lowered(
     if now < state.hold_until:
         return False
     if accepted is not None and accepted >= 1:
-        state.limit = float(accepted)
+        # The site's limit as counted: the pace goes to the cruise below it at once (a
+        # probe's overshoot costs no climb back), and a refusal while already there
+        # (requests bunched on the way) lowers it by CONVERGE, not by `decrease`.
+        # A count one short of the remembered limit is that limit counted a little late
+        # (the holder counts responses, the site arrivals): the limit stays.
+        known = state.limit
+        short = known is not None and known - 1 <= accepted < known
+        state.limit = known if short and known is not None else float(accepted)
+        lower = min(limits.cruise * state.limit, state.rate * CONVERGE)
     else:
         cruising = state.limit is not None and now < state.probe_at
         state.limit = state.seen(now) * (CONVERGE if cruising else 1.0)
-    lower = min(state.rate * limits.decrease, limits.cruise * state.limit)
+        lower = min(state.rate * limits.decrease, limits.cruise * state.limit)
     state.change(max(limits.floor, lower), now)
     state.lowered_at = now
     state.hold_until = now + max(limits.settle, retry_after or 0.0)

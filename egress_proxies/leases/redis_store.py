@@ -4,11 +4,11 @@ Each operation is ONE round trip: an EVALSHA of a Lua script (leases/lua/*.lua,
 each prefixed with common.lua) that first ends what the caller's clock says is
 over and then does the whole decision atomically inside Redis. Selector
 matching and health stay in Python (the fleet index); each pool of ranked
-offerable candidates with their capacities is uploaded to Redis once, under a
-digest of its content (an acquire naming an unknown digest is answered "upload
-it", the only case with more round trips), and the acquire script walks it only
-as far as the first idle proxy, doing capacity, cooldowns, the ban-storm pause,
-"fewest leases" and the 409 counts.
+offerable candidates with their capacities (leases per target, targets at once)
+is uploaded to Redis once, under a digest of its content (an acquire naming an
+unknown digest is answered "upload it", the only case with more round trips), and
+the acquire script walks it only as far as the first idle proxy, doing capacity,
+cooldowns, the ban-storm pause, "fewest leases" and the 409 counts.
 A NOSCRIPT reply (Redis restarted or flushed its script cache) reloads the
 scripts and retries once. Any connection error or timeout becomes
 StoreUnavailableError: nothing hangs past `timeout`.
@@ -351,7 +351,8 @@ class RedisLeaseStore:
             self._pools.clear()
         flat: list[str] = []
         for record in pool.ranked:
-            flat += (record.key, str(record.max_leases))
+            most_targets = "" if record.max_targets is None else str(record.max_targets)
+            flat += (record.key, str(record.max_leases), most_targets)
         digest = (
             hashlib.sha1("\n".join(flat).encode(), usedforsecurity=False).hexdigest()
             if flat

@@ -50,10 +50,11 @@ class LeaseCounts:
 class LeaseStore(Protocol):
     """Leases and cooldowns for the whole fleet.
 
-    Selection among a pool's offerable proxies: fewest active leases, then
-    latency, then key; a proxy at its `max_leases` or cooling for the target (or
-    globally) is skipped; a paused target, or one holding as many leases as its
-    bounds allow, gets nothing. Every lease, renewal and report carries the pace
+    Selection among a pool's offerable proxies with room for the target
+    (leases/capacity.py): fewest active leases for the target, then in all, then
+    latency, then key; a proxy without room or cooling for the target (or globally)
+    is skipped; a paused target, or one holding as many leases as its bounds allow,
+    gets nothing. Every lease, renewal and report carries the pace
     learned for its {proxy, target} pair (leases/pace.py). Every method may raise
     StoreUnavailableError; none blocks longer than the store's timeout.
     """

@@ -46,6 +46,16 @@ def test_it_grows_only_while_every_lease_is_busy_up_to_its_bound() -> None:
     assert not spread.should_grow(spread.best(), now=5), "at its bound"
 
 
+def test_without_a_bound_it_grows_while_every_lease_is_busy() -> None:
+    spread: DomainSpread[FakeLease] = DomainSpread(most=None, idle=30)
+    for index in range(50):
+        spread.add(FakeLease(f"l{index}", 0.2), now=0)
+    assert spread.should_grow(spread.best(), now=0), "the API says when the fleet is full"
+    assert repr(spread) == "<DomainSpread [leases: 50/any]>"
+    spread.add(FakeLease("free", 0.0), now=0)
+    assert not spread.should_grow(spread.best(), now=0)
+
+
 def test_idle_leases_are_given_back_and_refused_ones_taken_out() -> None:
     spread: DomainSpread[FakeLease] = DomainSpread(most=3, idle=30)
     old, busy, banned = FakeLease("old"), FakeLease("busy"), FakeLease("banned")

@@ -204,11 +204,12 @@ async def test_leases_and_cooldowns_survive_a_discovery_restart(
     target = "shop.example"
     async with aiohttp.ClientSession() as http:
         held: dict[str, str] = {}
-        for _ in range(10):
-            status, body = await acquire(http, restarted.url, headers, namespace)
+        for _ in range(10):  # each proxy carries one lease per target: ten for the target
+            status, body = await acquire(http, restarted.url, headers, namespace, target)
             assert status == 201, body
             held[body["proxy"]["name"]] = body["leaseId"]
-        # Three more held at once (so three different proxies), banned for the target, released.
+        # Three more held at once without a target (the three idle proxies), banned for the
+        # target, released.
         banned = []
         for _ in range(3):
             status, body = await acquire(http, restarted.url, headers, namespace)

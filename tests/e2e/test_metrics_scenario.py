@@ -172,7 +172,7 @@ async def test_every_exported_series_after_a_scripted_scenario(
             managed_proxy(
                 "ready",
                 attributes={"role": "ready"},
-                maxLeases=3,
+                maxTargets=3,
                 healthCheck={**READY_CHECK, "url": origin.url},
             ),
         )
@@ -208,7 +208,7 @@ async def test_every_exported_series_after_a_scripted_scenario(
             status, body = await lease("ready", target)
             assert status == 201, body
             leases.append(body)
-        assert (await lease("ready", "d.example"))[0] == 409, "maxLeases is 3"
+        assert (await lease("ready", "d.example"))[0] == 409, "maxTargets is 3"
         assert (await lease("dead", "a.example"))[0] == 409, "an unhealthy proxy is never leased"
         assert (await lease("ready", "d.example", ttl=10**6))[0] == 400
         report = {"result": "rate_limited", "target": "a.example", "reason": "http_429"}

@@ -95,6 +95,7 @@ async def test_list_shows_active_leases_but_no_credentials(api: Api) -> None:
         "draining": False,
         "latencyMillis": 5,
         "maxLeases": 2,
+        "maxTargets": None,
         "activeLeases": 1,
         "managed": True,
     }

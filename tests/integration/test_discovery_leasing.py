@@ -86,7 +86,7 @@ async def test_no_match_counts_add_up() -> None:
         record("unprobed", healthy=None),
         record("leaving", deleting=True),
     ) as api:
-        busy = await api.lease()
+        busy = await api.lease(target="t.example")
         cooling = await api.lease()
         await api.report(cooling["leaseId"], "banned", "t.example")
         await api.release(cooling["leaseId"])

@@ -179,6 +179,32 @@ async def test_a_limit_the_holder_counted_is_the_limit(
     assert rate(await ok(store, lease, 100)) == 2.85
 
 
+async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 3)) == 8.0
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.75
+    clock.advance(31.0)
+    probing = rate(await ok(store, lease, 10))
+    assert probing > 5.0, "probing above the limit"
+    clock.advance(1.0)
+    lowered = rate(await rate_limited(store, lease, accepted=5))
+    assert lowered == round(min(4.75, 0.9 * probing), 6), "not 0.7 of the probe"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "back at the cruise"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.275, "bunched: 0.9 of it"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=4)) == 4.275, "counted one late"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "the limit stayed 5"
+
+
 async def test_a_limit_counted_as_nothing_is_estimated(
     make_store: MakeStore, clock: ManualClock
 ) -> None:
@@ -201,7 +227,7 @@ async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
     assert rate(await ok(store, second, 1)) == 2.828427, "from where the fleet got"
     assert rate(await ok(store, third, 6)) > 10.0
     clock.advance(0.5)
-    assert rate(await rate_limited(store, first, accepted=5)) == 1.4
+    assert rate(await rate_limited(store, first, accepted=5)) == 1.8, "0.9: as counted"
     assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
     assert rate(await ok(store, third, 1)) == 4.75, "above it: down to the cruise at once"
     clock.advance(10.0)

@@ -118,7 +118,7 @@ async def test_release_is_idempotent(store: LeaseStore) -> None:
 
 async def test_no_match_counts_add_up(store: LeaseStore) -> None:
     busy, cooling = record("busy"), record("cooling")
-    granted(await store.acquire(pool(busy), None, 60))
+    granted(await store.acquire(pool(busy), "example.com", 60))
     lease = granted(await store.acquire(pool(cooling), None, 60))
     await store.release(lease.lease_id)
     await report(store, lease.lease_id, ReportResult.BANNED, "example.com")

@@ -71,7 +71,8 @@ def _row(proxy: ProxyInfo) -> tuple[str, ...]:
     healthy = {True: "yes", False: "no", None: "unknown"}[proxy.healthy]
     latency = "-" if proxy.latency_millis is None else f"{proxy.latency_millis} ms"
     attributes = ",".join(f"{k}={v}" for k, v in sorted(proxy.attributes.items()))
-    leases = f"{proxy.active_leases}/{proxy.max_leases}"
+    # Capacity is per target: a proxy carries max_leases for each site at once.
+    leases = f"{proxy.active_leases} ({proxy.max_leases}/target)"
     return (proxy.key, proxy.url, healthy, leases, latency, attributes or "-")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -31,12 +32,19 @@ DEFAULT_WAIT = 30.0
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_REPORT_INTERVAL = 1.0
 DEFAULT_REPORT_BATCH = 100
+# A pool's leases for a target unused this long are given back (Pool.turn).
+DEFAULT_IDLE = 30.0
+# After a 409 without Retry-After, a target is leased no more for this long (Pool.turn).
+GROW_PAUSE = 5.0
 
 # How each face sleeps by default (the generator maps the async names to these).
 Sleep = Callable[[float], None]
 AsyncSleep = Callable[[float], Awaitable[None]]
 SLEEP: Sleep = time.sleep
 ASYNC_SLEEP: AsyncSleep = asyncio.sleep
+# How each face serialises the decisions about one target's leases.
+Lock = threading.Lock
+AsyncLock = asyncio.Lock
 
 
 class LeaseView:

@@ -7,6 +7,16 @@
             response = httpx.get(url, proxy=lease.proxy_url)
             lease.observe(response.status_code, response.headers, response.content)
 
+A crawler of many sites lets the pool pick the proxy: `turn` runs its block at the
+turn of the pool's lease for the target whose turn comes first, and leases more
+proxies for the target while every one is busy at its pace (every proxy of the
+fleet, unless `leases_per_target` bounds it):
+
+    with Pool(api_url, token) as pool:
+        with pool.turn("example.com") as lease:
+            response = clients[lease.proxy_url].get(url)  # one HTTP client per proxy
+            lease.observe(response.status_code, response.headers, response.content)
+
 `observe` counts accepted responses, reported in batches in the background (every
 `report_interval` seconds or `report_batch` responses); a rate limit is reported
 at once and pauses the lease for the site's Retry-After; a ban raises

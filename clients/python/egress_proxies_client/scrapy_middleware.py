@@ -7,13 +7,18 @@
     EGRESS_PROXIES_TOKEN = "..."            # or EGRESS_PROXIES_TOKEN_FILE
     EGRESS_PROXIES_SELECTOR = {"region": "eu"}
 
-A domain's requests are spread over up to EGRESS_PROXIES_LEASES_PER_DOMAIN leases
-(growing while every lease is busy at its pace and the site accepts the load,
-given back after EGRESS_PROXIES_IDLE seconds unused, or when another crawler
-waiting for the domain holds fewer: crawlers sharing a fleet settle at equal
-shares), each renewed while in use.
+A domain's requests are spread over as many leases as the fleet grants for it
+(one per proxy by default), or at most EGRESS_PROXIES_LEASES_PER_DOMAIN when set:
+the spread grows while every lease is busy at its pace and the site accepts the
+load, and gives a lease back after EGRESS_PROXIES_IDLE seconds unused, or when
+another crawler waiting for the domain holds fewer (crawlers sharing a fleet
+settle at equal shares); each lease is renewed while in use.
 Each request awaits its lease's turn at the pace the server hands out, without
-blocking the reactor; accepted responses are counted and reported in batches. A
+blocking the reactor, and counts meanwhile among its download slot's active
+requests: Scrapy's default scheduler queue (DownloaderAwarePriorityQueue) then
+hands the next request to the domain with the fewest, so requests waiting for a
+slow site's turn never take every one of CONCURRENT_REQUESTS from the others.
+Accepted responses are counted and reported in batches. A
 rate-limited response is reported at once (the lease slows down and waits out
 the site's Retry-After) and the request goes back to the scheduler; a ban (the
 ban policy, or the spider's `response_is_ban` / `exception_is_ban`) is
@@ -34,6 +39,8 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,7 +90,7 @@ class Settings:
     ttl: int
     wait: float
     max_retries: int
-    leases_per_domain: int
+    leases_per_domain: int | None  # None: as many as the fleet grants
     idle: float
     max_requeues: int
 
@@ -114,7 +121,9 @@ class Settings:
             ttl=settings.getint("EGRESS_PROXIES_TTL", 300),
             wait=settings.getfloat("EGRESS_PROXIES_WAIT", 60.0),
             max_retries=settings.getint("EGRESS_PROXIES_MAX_RETRIES", 5),
-            leases_per_domain=max(1, settings.getint("EGRESS_PROXIES_LEASES_PER_DOMAIN", 4)),
+            leases_per_domain=_positive_or_none(
+                settings.getint("EGRESS_PROXIES_LEASES_PER_DOMAIN", 0)
+            ),
             idle=settings.getfloat("EGRESS_PROXIES_IDLE", 30.0),
             max_requeues=settings.getint("EGRESS_PROXIES_MAX_REQUEUES", 3),
         )
@@ -166,7 +175,8 @@ class EgressProxiesMiddleware:
                 lease = await self._lease_for(domain, None if session is None else str(session))
             except EgressProxiesError as error:
                 return self._unavailable(request, domain, error)
-            await lease.wait_turn()
+            with self._waiting_in_slot(request):
+                await lease.wait_turn()
             if not lease.ended:
                 break  # else it was given back to a waiting crawler meanwhile: another one
         proxy_url = lease.proxy_url_without_credentials
@@ -310,6 +320,24 @@ class EgressProxiesMiddleware:
                 self._by_id.pop(lease.lease_id, None)
                 await self._release(lease)
 
+    @contextmanager
+    def _waiting_in_slot(self, request: Request) -> Iterator[None]:
+        """Count the request among its download slot's active ones while it waits for a
+        turn, as the downloader does once it is sent (the slot exists from the domain's
+        first request on): the scheduler's downloader-aware queue balances on that count."""
+        downloader: Any = getattr(self._crawler.engine, "downloader", None)
+        slots = getattr(downloader, "slots", None)
+        slot_key = getattr(downloader, "get_slot_key", None)  # absent from older Scrapy
+        slot = None if slots is None or slot_key is None else slots.get(slot_key(request))
+        if slot is None:
+            yield
+            return
+        slot.active.add(request)
+        try:
+            yield
+        finally:
+            slot.active.discard(request)
+
     def _unavailable(self, request: Request, domain: str, error: EgressProxiesError) -> Request:
         """Re-queue a request that got no proxy; past the re-queue limit, close the spider."""
         self._stats.inc_value(f"{STATS_PREFIX}/no_proxy")
@@ -433,6 +461,10 @@ class EgressProxiesMiddleware:
     def _stats(self) -> _Stats:
         stats: Any = self._crawler.stats
         return stats  # type: ignore[no-any-return]
+
+
+def _positive_or_none(value: int) -> int | None:
+    return value if value > 0 else None
 
 
 def _domain(request: Request) -> str:

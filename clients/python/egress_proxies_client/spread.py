@@ -3,9 +3,9 @@ another, which to give back. Pure decisions over the leases' next turns and a cl
 
 A request goes through the lease whose next turn comes first. The spread grows by
 one lease when even that turn is not now (every lease is busy at its pace), up to
-`most` leases, unless the site refused a request lately or the API had no free
-proxy (then not before `grow_after`). A lease unused for `idle` seconds is given
-back, so a domain that went quiet holds no proxy.
+`most` leases (None: as many as the API grants), unless the site refused a request
+lately or the API had no free proxy (then not before `grow_after`). A lease unused
+for `idle` seconds is given back, so a domain that went quiet holds no proxy.
 
 Another crawler waiting for the domain (its pace says how many leases the
 waiting crawler holds) takes a lease from a spread holding more than one more
@@ -51,7 +51,7 @@ YIELD_HOLD = 10.0
 class DomainSpread(Generic[L]):
     """The leases carrying one domain's requests."""
 
-    most: int
+    most: int | None
     idle: float
     leases: list[L] = field(default_factory=list)
     grow_after: float = 0.0
@@ -59,7 +59,8 @@ class DomainSpread(Generic[L]):
     _yield_after: float = 0.0
 
     def __repr__(self) -> str:
-        return f"<DomainSpread [leases: {len(self.leases)}/{self.most}]>"
+        most = "any" if self.most is None else self.most
+        return f"<DomainSpread [leases: {len(self.leases)}/{most}]>"
 
     def best(self) -> L | None:
         """The lease whose next turn comes first; None without leases."""
@@ -69,7 +70,8 @@ class DomainSpread(Generic[L]):
         """True when another lease would send sooner than `best` and may be asked for."""
         if best is None:
             return True
-        return len(self.leases) < self.most and now >= self.grow_after and best.next_turn() > 0
+        room = self.most is None or len(self.leases) < self.most
+        return room and now >= self.grow_after and best.next_turn() > 0
 
     def add(self, lease: L, now: float) -> None:
         """A new lease joins the spread."""

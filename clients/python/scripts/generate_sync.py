@@ -30,6 +30,7 @@ REPLACEMENTS = {
     "TaskReporter": "ThreadReporter",
     "AsyncSleep": "Sleep",
     "ASYNC_SLEEP": "SLEEP",
+    "AsyncLock": "Lock",
 }
 
 DOCSTRING = (

@@ -26,26 +26,77 @@ local function refused(free_at)
   return free_at
 end
 
--- The pool's ranked key, capacity list lives in Redis (uploaded once by pool.lua):
--- an acquire sends no candidate list, and reads only as far as the first idle proxy.
+-- The pool's ranked key, most leases per target, most targets list lives in Redis
+-- (uploaded once by pool.lua): an acquire sends no candidate list, and reads only as
+-- far as the first idle proxy. Capacity is per {proxy, target} (leases/capacity.py).
 local list = B .. 'pool:' .. digest
 if digest ~= '' and redis.call('EXISTS', list) == 0 then return {2} end
 local CHUNK = 64
-local keys, capacities, counts = {}, {}, {}
+local field = target_field(target)
+local keys, most, most_targets, pair_counts, counts = {}, {}, {}, {}, {}
 local n = 0
 local function load_more()
   if digest == '' then return false end
-  local got = redis.call('LRANGE', list, 2 * n, 2 * (n + CHUNK) - 1)
+  local got = redis.call('LRANGE', list, 3 * n, 3 * (n + CHUNK) - 1)
   if #got == 0 then return false end
-  local chunk = {}
-  for i = 1, #got, 2 do
+  local chunk, pairs_ = {}, {}
+  for i = 1, #got, 3 do
     n = n + 1
-    keys[n], capacities[n] = got[i], tonumber(got[i + 1])
+    keys[n], most[n], most_targets[n] = got[i], tonumber(got[i + 1]), tonumber(got[i + 2])
     chunk[#chunk + 1] = got[i]
+    pairs_[#pairs_ + 1] = got[i] .. '\n' .. field
   end
+  local from = n - #chunk
   local held = redis.call('HMGET', B .. 'held', unpack(chunk))
-  for i = 1, #held do counts[n - #held + i] = tonumber(held[i]) or 0 end
+  local pair_held = redis.call('HMGET', B .. 'pheld', unpack(pairs_))
+  for i = 1, #chunk do
+    counts[from + i] = tonumber(held[i]) or 0
+    pair_counts[from + i] = tonumber(pair_held[i]) or 0
+  end
   return true
+end
+-- The targets a proxy holds leases for, counted from its leases (only for a proxy with
+-- a maxTargets bound: no counter to keep, none to drift).
+local function targets_of(key)
+  local seen, count = {}, 0
+  for _, lease in ipairs(redis.call('ZRANGE', B .. 'holders:' .. key, 0, -1)) do
+    local t = redis.call('HGET', B .. 'lease:' .. lease, 't') or ''
+    if not seen[t] then
+      seen[t] = true
+      count = count + 1
+    end
+  end
+  return count
+end
+-- capacity.py's is_full_for.
+local function is_full(i)
+  if pair_counts[i] >= most[i] then return true end
+  if pair_counts[i] > 0 or most_targets[i] == nil or counts[i] < most_targets[i] then
+    return false
+  end
+  return targets_of(keys[i]) >= most_targets[i]
+end
+-- When a full proxy has room for the target: the first of its leases for the target to
+-- end, else the first of its other targets to have all its leases end.
+local function room_at(i)
+  local ends = {}
+  local held = redis.call('ZRANGE', B .. 'holders:' .. keys[i], 0, -1, 'WITHSCORES')
+  for j = 1, #held, 2 do
+    local t = redis.call('HGET', B .. 'lease:' .. held[j], 't') or ''
+    local e = tonumber(held[j + 1])
+    local known = ends[t]
+    if t == target then
+      if known == nil or e < known then ends[t] = e end
+    elseif known == nil or e > known then
+      ends[t] = e
+    end
+  end
+  if ends[target] ~= nil then return ends[target] end
+  local soonest = nil
+  for _, e in pairs(ends) do
+    if soonest == nil or e < soonest then soonest = e end
+  end
+  return soonest
 end
 local paused = paused_until(target, now)
 if not paused and most_leases and target ~= '' then
@@ -53,33 +104,31 @@ if not paused and most_leases and target ~= '' then
   if redis.call('ZCARD', leases) >= most_leases then
     local soonest = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
     local offerable = 0
-    if digest ~= '' then offerable = redis.call('LLEN', list) / 2 end
+    if digest ~= '' then offerable = redis.call('LLEN', list) / 3 end
     return {0, offerable, 0, fmt(refused(tonumber(soonest[2]))), 0, 1}
   end
 end
-local winner, winner_count = nil, 0
+-- The winner: room for the target, the fewest leases for it, then the fewest in all.
+local winner = nil
 local at_capacity, in_cooldown = 0, 0
 local i = 0
-while winner_count > 0 or winner == nil do
+while winner == nil or pair_counts[winner] > 0 or counts[winner] > 0 do
   i = i + 1
   if i > n and not load_more() then break end
-  local count = counts[i]
-  if count >= capacities[i] then
+  if is_full(i) then
     at_capacity = at_capacity + 1
   elseif paused or cooling_until(keys[i], target, now) then
     in_cooldown = in_cooldown + 1
-  elseif winner == nil or count < winner_count then
-    winner, winner_count = i, count
+  elseif winner == nil or pair_counts[i] < pair_counts[winner]
+      or (pair_counts[i] == pair_counts[winner] and counts[i] < counts[winner]) then
+    winner = i
   end
 end
 if winner == nil then
   local earliest = nil
   for i = 1, n do
     local free_at = now
-    if counts[i] >= capacities[i] then
-      local soonest = redis.call('ZRANGE', B .. 'holders:' .. keys[i], 0, 0, 'WITHSCORES')
-      if #soonest > 0 then free_at = tonumber(soonest[2]) end
-    end
+    if is_full(i) then free_at = room_at(i) or now end
     local cooling = cooling_until(keys[i], target, now)
     if cooling and cooling > free_at then free_at = cooling end
     if earliest == nil or free_at < earliest then earliest = free_at end
@@ -99,7 +148,7 @@ redis.call('HSET', B .. 'lease:' .. id, 'k', key, 't', target, 'l', ARGV[2], 'e'
 redis.call('ZADD', B .. 'exp', fmt(expires_at), id)
 redis.call('ZADD', B .. 'holders:' .. key, fmt(expires_at), id)
 redis.call('HINCRBY', B .. 'held', key, 1)
-redis.call('HINCRBY', B .. 'pheld', key .. '\n' .. target_field(target), 1)
+redis.call('HINCRBY', B .. 'pheld', key .. '\n' .. field, 1)
 if target ~= '' then redis.call('ZADD', B .. 'tlease:' .. target, fmt(expires_at), id) end
 redis.call('PEXPIRE', list, pool_ttl)
 redis.call('PEXPIRE', B .. 'poolset:' .. digest, pool_ttl)

@@ -202,17 +202,25 @@ end
 -- site saw), then lower.
 local function lower(state, now, P, retry_after, accepted)
   local seen = state.rate
+  local new_rate
   if accepted and accepted >= 1 then
     seen = accepted
+    -- One short of the remembered limit: that limit, counted a little late.
+    if state.limit ~= nil and accepted >= state.limit - 1 and accepted < state.limit then
+      seen = state.limit
+    end
+    -- As counted: to the cruise below it, or by CONVERGE when already there.
+    new_rate = math.min(P.cruise * seen, state.rate * CONVERGE)
   else
     if state.before ~= nil then
       local share = math.min(math.max(now - state.changed, 0) / SITE_WINDOW, 1)
       seen = state.before + share * (state.rate - state.before)
     end
     if state.limit ~= nil and now < state.probe then seen = seen * CONVERGE end
+    new_rate = math.min(state.rate * P.decrease, P.cruise * seen)
   end
   state.limit = seen
-  change(state, math.max(P.floor, math.min(state.rate * P.decrease, P.cruise * seen)), now)
+  change(state, math.max(P.floor, new_rate), now)
   state.lowered = now
   state.hold = now + math.max(P.settle, retry_after or 0)
   state.probe = now + P.probe_after

@@ -4,25 +4,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from egress_proxies_client.backoff import Backoff
-from egress_proxies_client.errors import EgressProxiesError, LeaseEndedError, ProxyBannedError
+from egress_proxies_client.errors import (
+    EgressProxiesError,
+    LeaseEndedError,
+    NoProxyAvailableError,
+    ProxyBannedError,
+)
 from egress_proxies_client.lease_view import (
+    DEFAULT_IDLE,
     DEFAULT_REPORT_BATCH,
     DEFAULT_REPORT_INTERVAL,
     DEFAULT_TIMEOUT,
     DEFAULT_TTL,
     DEFAULT_WAIT,
+    GROW_PAUSE,
     SLEEP,
     LeaseView,
+    Lock,
     Sleep,
     give_up,
     logger,
@@ -31,6 +41,7 @@ from egress_proxies_client.lease_view import (
 from egress_proxies_client.pacing import OkBatch, Pace
 from egress_proxies_client.policy import BanPolicy, Classification, Verdict
 from egress_proxies_client.reporting import ThreadReporter
+from egress_proxies_client.spread import DomainSpread
 from egress_proxies_client.wire import (
     Grant,
     ProxyInfo,
@@ -151,8 +162,16 @@ class Lease(LeaseView):
             self._pool._held -= 1
 
 
+# The pool's own leases for one target and selector (`turn`).
+_SpreadKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
 class Pool:
-    """The discovery API for one token: leases, reports, the pace of each lease."""
+    """The discovery API for one token: leases, reports, the pace of each lease.
+
+    `turn(target)` sends through the pool's own leases for a target, as many as the
+    fleet grants (or `leases_per_target`), each request at its lease's pace.
+    """
 
     def __init__(
         self,
@@ -167,6 +186,8 @@ class Pool:
         rng: random.Random | None = None,
         report_interval: float = DEFAULT_REPORT_INTERVAL,
         report_batch: int = DEFAULT_REPORT_BATCH,
+        leases_per_target: int | None = None,
+        idle: float = DEFAULT_IDLE,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.policy = policy or BanPolicy()
@@ -184,6 +205,9 @@ class Pool:
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not a secret)
         self._held = 0
         self._unknown_fields: set[str] = set()
+        self._leases_per_target, self._idle = leases_per_target, idle
+        self._spreads: dict[_SpreadKey, DomainSpread[Lease]] = {}
+        self._spread_locks: dict[_SpreadKey, Lock] = {}
 
     def proxies(
         self, selector: Mapping[str, str] | None = None, healthy: bool | None = None
@@ -247,8 +271,93 @@ class Pool:
         finally:
             held.release()
 
+    @contextmanager
+    def turn(
+        self,
+        target: str,
+        selector: Mapping[str, str] | None = None,
+        ttl: int = DEFAULT_TTL,
+        wait: float = DEFAULT_WAIT,
+    ) -> Iterator[Lease]:
+        """Send one request to `target` through any proxy, at its pace: the block runs at
+        the turn of the pool's lease for the target whose turn comes first.
+
+        The pool leases another proxy for the target while every lease it holds is busy
+        at its pace (up to `leases_per_target`, else as many as the fleet grants),
+        gives back a lease unused for `idle` seconds, and one to another crawler that
+        waits for the target holding fewer. Call the lease's `observe` with the answer;
+        a refusal raised in the block (`check`'s, or `observe`'s ProxyBannedError) is
+        reported, and a banned lease given up. Leases `turn` took are released by
+        `aclose`. Waits up to `wait` for a first lease, then raises
+        NoProxyAvailableError.
+        """
+        key = (target, tuple(sorted((selector or {}).items())))
+        while True:
+            with self._spread_lock(key):
+                held = self._next_lease(key, selector, ttl, wait)
+            held.wait_turn()
+            if not held.ended:
+                break  # else it was given back meanwhile: take another
+        try:
+            yield held
+        except BaseException as error:
+            classification = self.policy.classify_exception(error)
+            if classification is not None and classification.verdict is Verdict.BANNED:
+                with self._spread_lock(key):
+                    self._spreads[key].remove(held.lease_id)
+                _report_quietly(held, classification)
+                held.release()
+            elif classification is not None:  # rate limited: wait out Retry-After, slower
+                with contextlib.suppress(EgressProxiesError):
+                    held.rate_limited(classification.reason, classification.retry_after)
+            raise
+
+    def _next_lease(
+        self, key: _SpreadKey, selector: Mapping[str, str] | None, ttl: int, wait: float
+    ) -> Lease:
+        """The target's lease whose turn comes first, leasing another while all are busy."""
+        now = self._clock()
+        spread = self._spreads.get(key)
+        if spread is None:
+            spread = self._spreads[key] = DomainSpread(self._leases_per_target, self._idle)
+        gone = spread.idle_leases(now)
+        yielded = spread.yielded(now)
+        for lease in [*gone, *([] if yielded is None else [yielded])]:
+            lease.release()
+        while True:
+            best = spread.best()
+            if spread.should_grow(best, now):
+                try:
+                    grown = self.acquire(
+                        selector, key[0], ttl, wait if best is None else 0.0, len(spread.leases)
+                    )
+                except NoProxyAvailableError as error:
+                    if best is None:
+                        raise
+                    spread.hold_back(now + (error.counts.retry_after or GROW_PAUSE))
+                else:
+                    spread.add(grown, now)
+                    if best is None or grown.next_turn() <= best.next_turn():
+                        best = grown
+            assert best is not None, "acquire raises when the target has no lease"
+            if _renewed(best, ttl):
+                spread.used(best, now)
+                return best
+            spread.remove(best.lease_id)
+
+    def _spread_lock(self, key: _SpreadKey) -> Lock:
+        lock = self._spread_locks.get(key)
+        if lock is None:
+            lock = self._spread_locks[key] = Lock()
+        return lock
+
     def close(self) -> None:
-        """Report pending ok counts, then close the connections (leases stay held to their TTL)."""
+        """Report pending ok counts and release the leases `turn` took, then close the
+        connections (other leases stay held to their TTL)."""
+        for spread in self._spreads.values():
+            for lease in list(spread.leases):
+                _release_quietly(lease)
+        self._spreads.clear()
         self._reporter.stop()
         for lease in list(self._paced):
             lease._flush(force=True)
@@ -339,6 +448,25 @@ class Pool:
                 return response
             logger.warning("the API is older than this client: it does not take %r", unknown)
             self._unknown_fields.add(unknown)
+
+
+def _renewed(lease: Lease, ttl: int) -> bool:
+    """Renew a lease past half its TTL; False when it already ended."""
+    remaining = (lease.grant.expires_at - datetime.now(UTC)).total_seconds()
+    if remaining > ttl / 2:
+        return True
+    try:
+        lease.renew(ttl)
+    except LeaseEndedError:
+        return False
+    return True
+
+
+def _release_quietly(lease: Lease) -> None:
+    try:
+        lease.release()
+    except EgressProxiesError as error:
+        logger.warning("could not release %r: %s", lease, error)
 
 
 def _report_quietly(lease: Lease, classification: Classification) -> None:
