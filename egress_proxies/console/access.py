@@ -15,7 +15,6 @@ visits every token.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import logging
@@ -28,10 +27,10 @@ from pathlib import Path
 from egress_proxies.clock import Clock
 from egress_proxies.discovery.auth import InvalidTokenSecretError, tokens_from_secret_data
 from egress_proxies.discovery.errors import DiscoveryApiError
+from egress_proxies.discovery.token_files import MountedSecret
 
 logger = logging.getLogger(__name__)
 
-_RECHECK_SECONDS = 1.0
 _KEY = re.compile(r"(?P<user>[A-Za-z0-9][A-Za-z0-9_-]{0,62})\.(?P<role>view|act)")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies console"'}
 
@@ -82,38 +81,16 @@ class ConsoleTokenDirectory:
     """ConsoleUsers over a mounted console Secret (one file per key; hidden files ignored)."""
 
     def __init__(self, path: Path, clock: Clock) -> None:
-        self._path = path
-        self._clock = clock
-        self._checked = -_RECHECK_SECONDS
-        self._signature: tuple[tuple[str, int], ...] = ()
-        self._users: dict[str, ConsoleUser] = {}
+        self._secret = MountedSecret(
+            path, users_from_secret_data, dict[str, ConsoleUser](), "console users", clock
+        )
 
     def __repr__(self) -> str:
-        return f"<ConsoleTokenDirectory {self._path} [users: {len(self._users)}]>"
+        return f"<ConsoleTokenDirectory {self._secret.path} [users: {len(self._secret.value)}]>"
 
     def __call__(self) -> Mapping[str, ConsoleUser]:
         """The users now; a broken file keeps the last good set (and is logged)."""
-        now = self._clock.monotonic()
-        if now - self._checked < _RECHECK_SECONDS:
-            return self._users
-        self._checked = now
-        files = sorted(
-            path
-            for path in self._path.glob("*")
-            if path.is_file() and not path.name.startswith(".")
-        )
-        signature = tuple((path.name, path.stat().st_mtime_ns) for path in files)
-        if signature == self._signature:
-            return self._users
-        try:
-            data = {path.name: base64.b64encode(path.read_bytes()).decode() for path in files}
-            self._users = users_from_secret_data(data)
-        except (OSError, InvalidTokenSecretError) as error:
-            logger.error("console tokens in %s not reloaded: %s", self._path, error)
-            return self._users
-        self._signature = signature
-        logger.info("console users loaded from %s: %d", self._path, len(self._users))
-        return self._users
+        return self._secret()
 
 
 def _digest(token: str) -> bytes:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Callable, Sized
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.discovery.auth import InvalidTokenSecretError, tokens_from_secret_data
@@ -18,43 +20,73 @@ from egress_proxies.discovery.auth import InvalidTokenSecretError, tokens_from_s
 logger = logging.getLogger(__name__)
 
 _RECHECK_SECONDS = 1.0
+T = TypeVar("T")
+
+
+class MountedSecret(Generic[T]):
+    """A mounted Secret's directory (one file per key; hidden files ignored), parsed as it changes.
+
+    `parse` takes the data as a Secret carries it (base64 values) and raises
+    InvalidTokenSecretError on bad content: the last good value is kept (and
+    the error logged), so a broken rotation never locks everyone out.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        parse: Callable[[dict[str, str]], T],
+        empty: T,
+        what: str,
+        clock: Clock | None = None,
+    ) -> None:
+        self.path = path
+        self._parse = parse
+        self._what = what
+        self._clock = clock or SystemClock()
+        self._checked = -_RECHECK_SECONDS
+        self._signature: tuple[tuple[str, int], ...] = ()
+        self.value = empty
+
+    def __call__(self) -> T:
+        """The parsed content now (the directory is re-read at most once a second)."""
+        now = self._clock.monotonic()
+        if now - self._checked < _RECHECK_SECONDS:
+            return self.value
+        self._checked = now
+        files = sorted(
+            path for path in self.path.glob("*") if path.is_file() and not path.name.startswith(".")
+        )
+        signature = tuple((path.name, path.stat().st_mtime_ns) for path in files)
+        if signature == self._signature:
+            return self.value
+        try:
+            self.value = self._parse(_read(files))
+        except InvalidTokenSecretError as error:
+            logger.error("%s in %s not reloaded: %s", self._what, self.path, error)
+            return self.value
+        self._signature = signature
+        logger.info("%s loaded from %s: %d", self._what, self.path, _size(self.value))
+        return self.value
+
+
+def _size(value: object) -> int:
+    return len(value) if isinstance(value, Sized) else 1
 
 
 class TokenDirectory:
     """A TokenSource over a directory of token files (hidden files are ignored)."""
 
     def __init__(self, path: Path, clock: Clock | None = None) -> None:
-        self._path = path
-        self._clock = clock or SystemClock()
-        self._checked = -_RECHECK_SECONDS
-        self._signature: tuple[tuple[str, int], ...] = ()
-        self._tokens: frozenset[str] = frozenset()
+        self._secret = MountedSecret(
+            path, tokens_from_secret_data, frozenset[str](), "discovery tokens", clock
+        )
 
     def __repr__(self) -> str:
-        return f"<TokenDirectory {self._path} [tokens: {len(self._tokens)}]>"
+        return f"<TokenDirectory {self._secret.path} [tokens: {len(self._secret.value)}]>"
 
     def __call__(self) -> frozenset[str]:
         """The tokens valid now; a broken file keeps the last good set (and is logged)."""
-        now = self._clock.monotonic()
-        if now - self._checked < _RECHECK_SECONDS:
-            return self._tokens
-        self._checked = now
-        files = sorted(
-            path
-            for path in self._path.glob("*")
-            if path.is_file() and not path.name.startswith(".")
-        )
-        signature = tuple((path.name, path.stat().st_mtime_ns) for path in files)
-        if signature == self._signature:
-            return self._tokens
-        try:
-            self._tokens = tokens_from_secret_data(_read(files))
-        except InvalidTokenSecretError as error:
-            logger.error("discovery tokens in %s not reloaded: %s", self._path, error)
-            return self._tokens
-        self._signature = signature
-        logger.info("discovery tokens loaded from %s: %d", self._path, len(self._tokens))
-        return self._tokens
+        return self._secret()
 
 
 def _read(files: list[Path]) -> dict[str, str]:
