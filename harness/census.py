@@ -6,7 +6,10 @@
 
 Sampling with list calls misses a Proxy that lived between two samples; the
 census sees every ADDED, MODIFIED and DELETED event from one list on, so
-`peak` is the most Proxies (not being deleted) that existed at any one time.
+`peak` is the most Proxies in service (neither deleting nor draining) that
+existed at any one time, the count `replicas + maxSurge` bounds (as a
+Deployment's surge does not count terminating pods); `peak_all` counts the
+draining ones too.
 It resumes a watch the server ended from the last version seen; a 410 Gone
 means events were lost, and the census says so instead of guessing.
 """
@@ -20,7 +23,7 @@ from typing import Any
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.kube.resources import PROXIES
-from egress_proxies.pool_model import POOL_LABEL
+from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_LABEL
 
 
 class CensusGapError(AssertionError):
@@ -34,10 +37,12 @@ class ProxyCensus:
         self._kube = kube
         self._path = PROXIES.path(namespace)
         self._selector = f"{POOL_LABEL}={pool}" if pool else None
-        self.live: set[str] = set()  # existing and not being deleted
+        self.live: set[str] = set()  # existing, not being deleted, not draining
+        self.draining: set[str] = set()  # existing, not being deleted, draining
         self.created: list[str] = []  # every name first seen after the census began
         self.deleting: list[str] = []  # each name once, when it is first seen deleting or gone
         self.peak = 0
+        self.peak_all = 0
         self.events = 0
         self.phases: dict[str, list[str]] = {}  # each Proxy's phases in order, repeats dropped
         self._known: set[str] = set()
@@ -47,7 +52,8 @@ class ProxyCensus:
 
     def __repr__(self) -> str:
         return (
-            f"<ProxyCensus [live: {len(self.live)} | peak: {self.peak} | "
+            f"<ProxyCensus [live: {len(self.live)} | draining: {len(self.draining)} | "
+            f"peak: {self.peak} | peak with draining: {self.peak_all} | "
             f"created: {len(self.created)} | deleting: {len(self.deleting)}]>"
         )
 
@@ -122,10 +128,16 @@ class ProxyCensus:
             self._known.add(name)
             if not listed:
                 self.created.append(name)
+        present = self.live | self.draining
         if deleted or meta.get("deletionTimestamp"):
-            if name not in self.deleting and not (listed and name not in self.live):
+            if name not in self.deleting and not (listed and name not in present):
                 self.deleting.append(name)
             self.live.discard(name)
+            self.draining.discard(name)
+        elif DRAINING_ANNOTATION in (meta.get("annotations") or {}):
+            self.live.discard(name)
+            self.draining.add(name)
         else:
             self.live.add(name)
         self.peak = max(self.peak, len(self.live))
+        self.peak_all = max(self.peak_all, len(self.live) + len(self.draining))
