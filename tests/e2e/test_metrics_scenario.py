@@ -60,7 +60,11 @@ COUNTERS = (
     "egress_proxies_lease_reports",
     "egress_proxies_target_pauses",
 )
-POOL_COUNTERS = ("egress_proxies_pool_drains", "egress_proxies_pool_scaling_decisions")
+POOL_COUNTERS = (
+    "egress_proxies_pool_drains",
+    "egress_proxies_pool_rounds",
+    "egress_proxies_pool_scaling_decisions",
+)
 HISTOGRAMS = (
     "egress_proxies_healthcheck_duration_seconds",
     "egress_proxies_healthcheck_lateness_seconds",
