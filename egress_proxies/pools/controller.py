@@ -323,6 +323,20 @@ class PoolController:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         pool = f"{namespace}/{name}"
+        # Drains first: a member replaced in this round leaves service before its
+        # successor joins, so those in service never exceed replicas + maxSurge.
+        for drain in step.drain:
+            await annotate(
+                self._c.client,
+                PROXIES.path(namespace, drain.name),
+                DRAINING_ANNOTATION,
+                k8s_time(now),
+            )
+            expected.drained[drain.name] = now
+            post_event("Normal", "Draining", f"proxy {drain.name}: {drain.reason}")
+            logger.info("pool %s: draining proxy %s (%s)", pool, drain.name, drain.reason)
+            if self._c.metrics is not None:
+                self._c.metrics.drained(pool, drain.reason)
         for _ in range(step.create):
             proxy = _new_proxy(body, spec, wanted_hash)
             proxy_name = proxy["metadata"]["name"]
@@ -344,18 +358,6 @@ class PoolController:
             logger.info("pool %s: created proxy %s", pool, proxy_name)
         if step.create:
             post_event("Normal", "Created", f"created {step.create} proxies")
-        for drain in step.drain:
-            await annotate(
-                self._c.client,
-                PROXIES.path(namespace, drain.name),
-                DRAINING_ANNOTATION,
-                k8s_time(now),
-            )
-            expected.drained[drain.name] = now
-            post_event("Normal", "Draining", f"proxy {drain.name}: {drain.reason}")
-            logger.info("pool %s: draining proxy %s (%s)", pool, drain.name, drain.reason)
-            if self._c.metrics is not None:
-                self._c.metrics.drained(pool, drain.reason)
         for proxy_name in step.delete:
             expected.deleted[proxy_name] = now + _seconds(EXPECTATION_SECONDS)
             if await self._c.client.delete(PROXIES.path(namespace, proxy_name)) is None:

@@ -11,8 +11,9 @@ import pytest
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import ManualClock
 from egress_proxies.kube import KubeApiError, KubeClient, TransportError
-from egress_proxies.pool_model import DRAINING_ANNOTATION
+from egress_proxies.pool_model import DRAINING_ANNOTATION, TEMPLATE_HASH_LABEL
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController
+from egress_proxies.pools.controller import template_hash
 
 WALL = datetime.datetime(2026, 12, 6, 12, tzinfo=datetime.UTC)
 TEMPLATE: dict[str, Any] = {"spec": {"provider": "kubernetes"}}
@@ -27,6 +28,7 @@ class Server:
         self.fail_next: tuple[Exception, bool] | None = None  # (error, made before failing)
         self.patches = 0
         self.version = 100  # the server's resourceVersion
+        self.writes: list[tuple[str, str]] = []  # (verb, object name), in order
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
@@ -38,6 +40,7 @@ class Server:
                 self.created.append(body["metadata"]["name"])
             raise error
         self.created.append(body["metadata"]["name"])
+        self.writes.append(("create", body["metadata"]["name"]))
         return body
 
     async def delete(self, path: str, **_: Any) -> None:
@@ -46,6 +49,7 @@ class Server:
 
     async def patch(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
         self.patches += 1
+        self.writes.append(("patch", path.rsplit("/", 1)[-1]))
         return body
 
 
@@ -171,3 +175,31 @@ async def test_a_member_deleted_before_the_watch_showed_it_is_replaced_once_it_p
     view.version = 105  # the watch passed it and never showed it: deleted meanwhile
     await pools.converge(pool(1), lambda *_: None)
     assert len(server.created) == 2
+
+
+def ready_member(name: str, template_hash: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "crawl",
+            "creationTimestamp": "2026-12-06T10:00:00Z",
+            "labels": {TEMPLATE_HASH_LABEL: template_hash},
+        },
+        "spec": {},
+        "status": {"phase": "Ready"},
+    }
+
+
+async def test_a_round_that_replaces_a_member_drains_it_before_creating_its_successor() -> None:
+    """Those in service never exceed replicas + maxSurge, not even between two writes."""
+    server, view, clock = Server(), View(), ManualClock(wall=WALL)
+    view.synced = True
+    fresh = template_hash(TEMPLATE)
+    view.bodies = [ready_member(f"old-{n}", "stale") for n in range(3)]
+    view.bodies.append(ready_member("surge", fresh))
+    pools = controller(server, view, clock)
+
+    await pools.converge(pool(3), lambda *_: None)
+
+    verbs = [verb for verb, name in server.writes if verb == "create" or name.startswith("old-")]
+    assert verbs == ["patch", "create"], server.writes
