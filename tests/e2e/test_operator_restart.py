@@ -86,6 +86,21 @@ def pool_body(name: str, replicas: int, origin: Origin, attribute: str = "a") ->
     }
 
 
+async def create_pool(kube: KubeClient, namespace: str, body: dict[str, Any]) -> None:
+    """Create a pool, waiting out a new cluster's 429 while the CRD's storage initializes."""
+
+    async def created() -> bool:
+        try:
+            await kube.create(PROXY_POOLS.path(namespace), body)
+        except KubeApiError as error:
+            if error.status == 429:
+                return False
+            raise
+        return True
+
+    await wait_for(created, timeout=60, interval=0.5)
+
+
 async def converged_rounds(operator: OperatorProcess, pool: str) -> float:
     """The running operator's converged rounds of `pool` (its metrics start at 0 each start)."""
     try:
@@ -136,12 +151,12 @@ async def settled(
     async def whole() -> bool:
         try:
             body = await kube.get(PROXY_POOLS.path(namespace, pool))
+            listing = await kube.get(proxy_path(namespace))
         except KubeApiError as error:
-            if error.status == 429:  # the CRD's storage (re)initializing on a new cluster
+            if error.status == 429:  # the CRDs' storage (re)initializing on a new cluster
                 return False
             raise
         status = body.get("status") or {}
-        listing = await kube.get(proxy_path(namespace))
         members = [
             p
             for p in listing["items"]
@@ -166,7 +181,7 @@ async def test_a_stable_pool_is_untouched_by_a_sigterm_and_a_sigkill_restart(
     kube: KubeClient, pools_namespace: str, restart_operator: OperatorProcess, origin: Origin
 ) -> None:
     namespace, pool = pools_namespace, "steady"
-    await kube.create(PROXY_POOLS.path(namespace), pool_body(pool, 3, origin))
+    await create_pool(kube, namespace, pool_body(pool, 3, origin))
     await settled(kube, namespace, pool, 3)
 
     async with ProxyCensus(kube, namespace, pool=pool) as census:
@@ -189,7 +204,7 @@ async def test_a_restart_while_scaling_up_then_down_makes_and_removes_each_proxy
     how: str,
 ) -> None:
     namespace, pool = pools_namespace, f"scaling-{how.lower()}"
-    await kube.create(PROXY_POOLS.path(namespace), pool_body(pool, 1, origin))
+    await create_pool(kube, namespace, pool_body(pool, 1, origin))
     await settled(kube, namespace, pool, 1)
 
     async with ProxyCensus(kube, namespace, pool=pool) as census:
@@ -215,7 +230,7 @@ async def test_a_restart_during_a_rolling_template_change_replaces_each_member_o
     kube: KubeClient, pools_namespace: str, restart_operator: OperatorProcess, origin: Origin
 ) -> None:
     namespace, pool = pools_namespace, "rolling"
-    await kube.create(PROXY_POOLS.path(namespace), pool_body(pool, 3, origin))
+    await create_pool(kube, namespace, pool_body(pool, 3, origin))
     await settled(kube, namespace, pool, 3)
 
     async with ProxyCensus(kube, namespace, pool=pool) as census:
