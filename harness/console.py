@@ -34,7 +34,7 @@ from egress_proxies.discovery import create_app
 from egress_proxies.events import Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
-from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
+from egress_proxies.leases import LeaseLimits, LeaseStore, MemoryLeaseStore
 from egress_proxies.pool_model import POOL_LABEL
 
 Result = TypeVar("Result")
@@ -165,7 +165,7 @@ class ConsoleSite:
     console: str
     discovery: str
     fleet: Fleet
-    store: MemoryLeaseStore
+    store: LeaseStore
     objects: FleetApi
     events: RecordingEvents
     parts: Console
@@ -199,17 +199,19 @@ def served_console(
     *,
     history: History | None = None,
     clock: Clock | None = None,
+    store: LeaseStore | None = None,
 ) -> Iterator[ConsoleSite]:
-    """The console and the discovery API on loopback ports, in a thread (see the module)."""
+    """The console and the discovery API on loopback ports, in a thread (see the module).
+
+    `store`: the lease store (a new MemoryLeaseStore by default); it is closed with
+    the servers, on their loop.
+    """
     clock = clock or SystemClock()
     fleet = Fleet()
-    limits = LeaseLimits()
-    store = MemoryLeaseStore(limits, clock=clock)
+    store = store or MemoryLeaseStore(LeaseLimits(), clock=clock)
     events = RecordingEvents()
     objects = FleetApi(fleet)
-    parts = Console(
-        users, fleet, store, limits, clock, client=objects, events=events, history=history
-    )
+    parts = Console(users, fleet, store, clock, client=objects, events=events, history=history)
     pools = parts.pools
     assert pools is not None
     objects.on_pool = pools.put
@@ -232,6 +234,7 @@ def served_console(
         finally:
             for runner in reversed(runners):
                 await runner.cleanup()
+            await store.close()
 
     thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
     thread.start()

@@ -1,6 +1,6 @@
 """The fleet console: the page crawler teams look at, served by the operator and the tier.
 
-    console = Console(users, fleet, store, limits, clock, client=client, events=events)
+    console = Console(users, fleet, store, clock, client=client, events=events)
     runner = await start_console(console.app(), "0.0.0.0", 8091)
 
 Off by default; on with a console token Secret of its own (access.py): keys

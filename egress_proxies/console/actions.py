@@ -5,12 +5,15 @@
                                 the pool creates a replacement and deletes it once its
                                 leases end, as when it scales down (docs/pools.md)
     scale a ProxyPool           merge-patch spec.replicas
+    clear a cooldown            end a {proxy, target} cooldown in the lease store (the
+                                store is the truth: every replica, and a restarted
+                                operator on the Redis store, sees it cleared)
 
-The Event on the object names the console user, so `kubectl describe` shows
-who did it. The object is looked up in what the watches delivered (no read
-from the API server, so the operator's RBAC needs no `get`): an unknown one
-is a 404 and nothing is written. A write the API server refuses (a pool's
-CEL bounds) is a 400 with its message.
+The Event on the object (the Proxy, for a cleared cooldown) names the console
+user, so `kubectl describe` shows who did it. The object is looked up in what
+the watches delivered (no read from the API server, so the operator's RBAC
+needs no `get`): an unknown one is a 404 and nothing is written. A write the
+API server refuses (a pool's CEL bounds) is a 400 with its message.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock, k8s_time
 from egress_proxies.console.access import ConsoleUser
 from egress_proxies.console.pools import PoolView
@@ -26,6 +30,7 @@ from egress_proxies.discovery.errors import DiscoveryApiError
 from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import KubeApiError, NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
+from egress_proxies.leases import LeaseStore
 from egress_proxies.model import GROUP, KIND, VERSION
 from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
 
@@ -55,7 +60,7 @@ def forbidden(user: ConsoleUser) -> DiscoveryApiError:
 
 
 class ConsoleActions:
-    """Cordon and drain Proxies and scale pools on behalf of console users."""
+    """Cordon and drain Proxies, scale pools and clear cooldowns on behalf of console users."""
 
     def __init__(
         self,
@@ -64,8 +69,10 @@ class ConsoleActions:
         proxies: ProxyLookup,
         pools: PoolLookup,
         clock: Clock,
+        store: LeaseStore,
     ) -> None:
         self._client = client
+        self._store = store
         self._events = events
         self._clock = clock
         self._proxies = proxies
@@ -150,6 +157,37 @@ class ConsoleActions:
             "ScaledFromConsole",
             f"replicas {before} -> {replicas}, set from the console by {user.name}",
         )
+
+    async def clear_cooldown(
+        self, user: ConsoleUser, namespace: str, name: str, target: str | None
+    ) -> bool:
+        """End the Proxy's cooldown for `target` (None: its global one) in the lease store.
+
+        False when the pair was not cooling (nothing written, no Event). 403 for a
+        viewer, 404 for an unknown Proxy; 503 when the store does not answer.
+        """
+        if not user.may_act:
+            raise forbidden(user)
+        body = self._proxies(namespace, name)
+        if body is None:
+            raise DiscoveryApiError(404, "unknown_proxy", f"no proxy {namespace}/{name}")
+        if not await self._store.clear_cooldown(ProxyKey(f"{namespace}/{name}"), target):
+            return False
+        site = "every site" if target is None else target
+        logger.info(
+            "cooldown of proxy %s/%s for %s cleared by console user %s",
+            namespace,
+            name,
+            site,
+            user.name,
+        )
+        self._events.record(
+            Regarding(f"{GROUP}/{VERSION}", KIND, namespace, name, body["metadata"]["uid"]),
+            "Normal",
+            "CooldownCleared",
+            f"cooldown for {site} cleared from the console by {user.name}: leased again at once",
+        )
+        return True
 
     async def _write(self, path: str, patch: JsonObject) -> None:
         try:

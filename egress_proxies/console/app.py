@@ -117,6 +117,11 @@ def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Appli
         ("POST", f"{API}/proxies/{{namespace}}/{{name}}/cordon", user(handlers.cordon)),
         ("POST", f"{API}/proxies/{{namespace}}/{{name}}/drain", user(handlers.drain)),
         ("POST", f"{API}/pools/{{namespace}}/{{name}}/scale", user(handlers.scale)),
+        (
+            "POST",
+            f"{API}/proxies/{{namespace}}/{{name}}/clear-cooldown",
+            user(handlers.clear_cooldown),
+        ),
     ]
     for method, path, route in routes:
         app.router.add_route(method, path, _answered(route))

@@ -1,6 +1,6 @@
 """The console's parts, put together once per process (the operator or a tier replica).
 
-    console = Console(users, fleet, store, limits, clock, client=client, events=events)
+    console = Console(users, fleet, store, clock, client=client, events=events)
     app = create_app(fleet, console.store, ...)   # the discovery API, observed
     runner = await start_console(console.app(), host, port)
 
@@ -30,7 +30,7 @@ from egress_proxies.console.observed_store import ObservedLeaseStore
 from egress_proxies.console.pools import PoolBook
 from egress_proxies.console.sampler import Sampler
 from egress_proxies.events import EventSink
-from egress_proxies.leases import LeaseLimits, LeaseStore
+from egress_proxies.leases import LeaseStore
 
 
 class FleetSource(ProxyBodies, ProxyCatalog, Protocol):
@@ -45,20 +45,19 @@ class Console:
         users: ConsoleUsers,
         fleet: FleetSource,
         store: LeaseStore,
-        limits: LeaseLimits,
         clock: Clock,
         *,
         client: ObjectApi | None = None,
         events: EventSink | None = None,
         history: History | None = None,
     ) -> None:
-        self.book = LeaseBook(limits, clock)
+        self.book = LeaseBook(clock)
         self.store = ObservedLeaseStore(store, self.book)
         self.history = history or History()
         self.pools = PoolBook() if events is not None else None
         self.events = EventLog(events, clock) if events is not None else None
         self.actions = (
-            ConsoleActions(client, self.events, fleet.proxy, self.pools.get, clock)
+            ConsoleActions(client, self.events, fleet.proxy, self.pools.get, clock, self.store)
             if client is not None and self.events is not None and self.pools is not None
             else None
         )

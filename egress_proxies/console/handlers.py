@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aiohttp import hdrs, web
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock
@@ -64,6 +64,13 @@ class DrainRequest(BaseModel):
     """POST .../drain: an empty object (the action takes no options)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ClearCooldownRequest(BaseModel):
+    """POST .../clear-cooldown: the site whose cooldown ends (null: the proxy's global one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    target: StrictStr | None = Field(max_length=MAX_TARGET_LENGTH)
 
 
 class ScaleRequest(BaseModel):
@@ -136,8 +143,10 @@ class ConsoleHandlers:
         """GET /console/api/v1/fleet: every Proxy."""
         reject_query(request)
         counts = await self._store.active_counts()
+        cooling = await self._store.cooldowns()
+        now = self._clock.time()
         return _json(
-            fleet_view(self._proxy_facts(), counts, self._book, self._history, self._clock.time())
+            fleet_view(self._proxy_facts(), counts, cooling, self._book, self._history, now)
         )
 
     async def sites(self, request: web.Request, _: ConsoleUser) -> web.Response:
@@ -157,9 +166,10 @@ class ConsoleHandlers:
         return _json(view)
 
     async def cooldowns(self, request: web.Request, _: ConsoleUser) -> web.Response:
-        """GET /console/api/v1/cooldowns: the {proxy, site} pairs cooling now."""
+        """GET /console/api/v1/cooldowns: the {proxy, site} pairs cooling now (the store's)."""
         reject_query(request)
-        return _json(cooldowns_view(self._book, self._clock.time()))
+        cooling = await self._store.cooldowns()
+        return _json(cooldowns_view(cooling, self._clock.time()))
 
     async def pools(self, request: web.Request, _: ConsoleUser) -> web.Response:
         """GET /console/api/v1/pools: every ProxyPool (where this process watches them)."""
@@ -198,6 +208,16 @@ class ConsoleHandlers:
         wanted = await read_body(request, ScaleRequest)
         await actions.scale(user, namespace, name, wanted.replicas)
         return _json({"namespace": namespace, "name": name, "replicas": wanted.replicas})
+
+    async def clear_cooldown(self, request: web.Request, user: ConsoleUser) -> web.Response:
+        """POST /console/api/v1/proxies/{namespace}/{name}/clear-cooldown: {"target": s|null}."""
+        actions = self._acting(request, user)
+        namespace, name = _object_of(request)
+        wanted = await read_body(request, ClearCooldownRequest)
+        cleared = await actions.clear_cooldown(user, namespace, name, wanted.target)
+        return _json(
+            {"namespace": namespace, "name": name, "target": wanted.target, "cleared": cleared}
+        )
 
     def _proxy_facts(self) -> list[dict[str, Any]]:
         version = self._fleet.version

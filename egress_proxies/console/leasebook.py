@@ -5,8 +5,9 @@ the API already learns from it (observed_store.py): every grant, renewal,
 release and report passes through this book. From them it keeps the live
 leases, the pace last handed out per {proxy, target}, when each target's pace
 was last lowered, the share of rate-limited and banned reports over the last
-hour, the bans per proxy over the last day, and the cooldowns, kept by the
-store's own rule (leases/cooldowns.py) from the same reports.
+hour and the bans per proxy over the last day. Cooldowns are not copied here:
+the console reads them from the store (`LeaseStore.cooldowns`), which is where
+a console user clears one.
 
 Everything here is bounded: leases by `MAX_LEASES`, targets by `MAX_TARGETS`
 (the longest unseen is dropped first), each series by its window.
@@ -19,8 +20,7 @@ from dataclasses import dataclass, field
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock
-from egress_proxies.leases import Lease, LeaseId, LeaseLimits, ReportOutcome, ReportResult
-from egress_proxies.leases.cooldowns import Cooldowns
+from egress_proxies.leases import Lease, LeaseId, ReportOutcome, ReportResult
 
 MAX_LEASES = 100_000
 MAX_TARGETS = 2_000
@@ -73,21 +73,18 @@ class TargetBook:
 
 
 class LeaseBook:
-    """The leases, paces, reports and cooldowns the console shows (see the module)."""
+    """The leases, paces and reports the console shows (see the module)."""
 
-    def __init__(self, limits: LeaseLimits, clock: Clock) -> None:
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._leases: dict[LeaseId, LiveLease] = {}
         self._targets: dict[str, TargetBook] = {}
         self._bans: dict[ProxyKey, collections.deque[float]] = {}
-        self._cooldowns = Cooldowns(
-            limits.cooldown_window, limits.ban_backoff_cap, limits.rate_limit_window
-        )
 
     def __repr__(self) -> str:
         return (
             f"<LeaseBook [leases: {len(self._leases)} | targets: {len(self._targets)} | "
-            f"cooling: {len(self.cooling())}]>"
+            f"proxies banned: {len(self._bans)}]>"
         )
 
     def granted(self, lease: Lease) -> None:
@@ -118,12 +115,10 @@ class LeaseBook:
         outcome: ReportOutcome,
         result: ReportResult,
         count: int,
-        retry_after: float | None,
     ) -> None:
         """A report was accepted; `outcome` carries the pace after it."""
         now = self._clock.time()
         key = outcome.lease.proxy.key
-        self._cooldowns.record((key, outcome.target), result, now, retry_after)
         if result is ReportResult.BANNED:
             bans = self._bans.setdefault(key, collections.deque(maxlen=MAX_BANS_PER_PROXY))
             bans.append(now)
@@ -145,10 +140,9 @@ class LeaseBook:
                 book.lowered_at = max(book.lowered_at or 0.0, pace.lowered_at)
 
     def forgot(self, key: ProxyKey) -> None:
-        """A proxy is gone: its leases, cooldowns, paces and bans go with it."""
+        """A proxy is gone: its leases, paces and bans go with it."""
         for lease_id in [i for i, lease in self._leases.items() if lease.proxy == key]:
             del self._leases[lease_id]
-        self._cooldowns.forget_proxy(key)
         self._bans.pop(key, None)
         for book in self._targets.values():
             book.paces.pop(key, None)
@@ -163,12 +157,6 @@ class LeaseBook:
     def targets(self) -> dict[str, TargetBook]:
         """Every target seen, by name."""
         return self._targets
-
-    def cooling(self) -> list[tuple[ProxyKey, str | None, float, bool]]:
-        """The {proxy, target} pairs cooling now: proxy, target (None: all), until, from a ban."""
-        now = self._clock.time()
-        self._cooldowns.prune(now)
-        return [(pair[0], pair[1], until, ban) for pair, until, ban in self._cooldowns.cooling(now)]
 
     def bans_last_day(self, key: ProxyKey) -> int:
         """How often the proxy was reported banned in the last 24 hours."""

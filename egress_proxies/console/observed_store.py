@@ -11,6 +11,7 @@ from egress_proxies.catalog import ProxyKey
 from egress_proxies.console.leasebook import LeaseBook
 from egress_proxies.leases import (
     CandidatePool,
+    Cooling,
     Lease,
     LeaseCounts,
     LeaseId,
@@ -77,13 +78,21 @@ class ObservedLeaseStore:
             lease_id, result, target, retry_after, records, count, accepted
         )
         if outcome is not None:
-            self._book.reported(outcome, result, count, retry_after)
+            self._book.reported(outcome, result, count)
         return outcome
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """Forget the proxy in the store, then in the book."""
         await self._store.forget_proxy(key)
         self._book.forgot(key)
+
+    async def cooldowns(self) -> list[Cooling]:
+        """The store's cooling pairs."""
+        return await self._store.cooldowns()
+
+    async def clear_cooldown(self, key: ProxyKey, target: str | None) -> bool:
+        """Clear the pair's cooldown in the store."""
+        return await self._store.clear_cooldown(key, target)
 
     async def active_counts(self) -> dict[ProxyKey, int]:
         """The store's active leases per proxy."""

@@ -16,6 +16,7 @@ from egress_proxies.console.history import History
 from egress_proxies.console.leasebook import PACE_FRESH, LeaseBook, TargetBook
 from egress_proxies.console.pools import PoolView
 from egress_proxies.console.sampler import LATENCY, PACE
+from egress_proxies.leases import Cooling
 from egress_proxies.model import HEALTHY, READY
 from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
 
@@ -65,14 +66,15 @@ def proxy_facts(body: Mapping[str, Any]) -> JsonObject:
 def fleet_view(
     facts: Iterable[JsonObject],
     leases: Mapping[ProxyKey, int],
+    cooldowns: Iterable[Cooling],
     book: LeaseBook,
     history: History,
     now: float,
 ) -> JsonObject:
     """Every Proxy (`proxy_facts` of each body) with its load, trouble and latency sparkline."""
     cooling: dict[ProxyKey, int] = {}
-    for key, _, _, _ in book.cooling():
-        cooling[key] = cooling.get(key, 0) + 1
+    for pair in cooldowns:
+        cooling[pair.proxy] = cooling.get(pair.proxy, 0) + 1
     rows = [
         row
         | {
@@ -135,19 +137,17 @@ def site_view(target: str, book: LeaseBook, history: History, now: float) -> Jso
     }
 
 
-def cooldowns_view(book: LeaseBook, now: float) -> JsonObject:
+def cooldowns_view(cooldowns: Iterable[Cooling], now: float) -> JsonObject:
     """Which proxies cool down (or are banned) for which sites, and until when."""
     rows = [
         {
-            "proxy": key,
-            "target": target,
-            "until": until,
-            "secondsLeft": round(until - now, 1),
-            "kind": "banned" if from_ban else "rate_limited",
+            "proxy": pair.proxy,
+            "target": pair.target,
+            "until": pair.until,
+            "secondsLeft": round(pair.until - now, 1),
+            "kind": "banned" if pair.from_ban else "rate_limited",
         }
-        for key, target, until, from_ban in sorted(
-            book.cooling(), key=lambda cooling: (cooling[0], cooling[1] or "")
-        )
+        for pair in sorted(cooldowns, key=lambda pair: (pair.proxy, pair.target or ""))
     ]
     return {"now": now, "cooldowns": rows, "count": len(rows)}
 

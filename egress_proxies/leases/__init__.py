@@ -41,6 +41,8 @@ from egress_proxies.leases.memory_store import MemoryLeaseStore
 from egress_proxies.leases.opening import open_lease_store
 from egress_proxies.leases.pace import Pace, PaceLimits, TargetBounds
 from egress_proxies.leases.store import (
+    MAX_COOLDOWNS_LISTED,
+    Cooling,
     InvalidTtlError,
     LeaseCounts,
     LeaseStore,
@@ -61,8 +63,10 @@ __all__ = [
     "DEFAULT_STORM_SHARE",
     "DEFAULT_STORM_WINDOW",
     "LEASE_ID_PATTERN",
+    "MAX_COOLDOWNS_LISTED",
     "BanStorms",
     "CandidatePool",
+    "Cooling",
     "InvalidTtlError",
     "Lease",
     "LeaseCounts",

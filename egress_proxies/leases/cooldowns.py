@@ -118,6 +118,11 @@ class Cooldowns:
         """Pairs cooling right now."""
         return sum(1 for state in self._pairs.values() if state.until > now)
 
+    def clear(self, pair: Pair, now: float) -> bool:
+        """Forget one pair (its cooldown and its strikes); True when it was cooling."""
+        state = self._pairs.pop(pair, None)
+        return state is not None and state.until > now
+
     def forget_proxy(self, key: ProxyKey) -> None:
         """Drop every pair of a proxy that no longer exists."""
         for pair in [pair for pair in self._pairs if pair[0] == key]:

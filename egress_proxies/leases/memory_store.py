@@ -37,7 +37,13 @@ from egress_proxies.leases.lease import (
 )
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, Paces, handed_out
-from egress_proxies.leases.store import InvalidTtlError, LeaseCounts, RecordLookup
+from egress_proxies.leases.store import (
+    MAX_COOLDOWNS_LISTED,
+    Cooling,
+    InvalidTtlError,
+    LeaseCounts,
+    RecordLookup,
+)
 from egress_proxies.leases.waiting import Waiting, contended_retry
 
 
@@ -299,6 +305,23 @@ class MemoryLeaseStore:
             self._cooldowns.forget_proxy(key)
             self._paces.forget_proxy(key)
             self._compact_expiry_queue()
+
+    async def cooldowns(self) -> list[Cooling]:
+        """The pairs cooling now, the soonest to end first (at most MAX_COOLDOWNS_LISTED)."""
+        with self._lock:
+            now = self._clock.time()
+            self._end_due(now)
+            cooling = heapq.nsmallest(
+                MAX_COOLDOWNS_LISTED, self._cooldowns.cooling(now), key=lambda c: c[1]
+            )
+        return [Cooling(key, target, until, ban) for (key, target), until, ban in cooling]
+
+    async def clear_cooldown(self, key: ProxyKey, target: str | None) -> bool:
+        """End the pair's cooldown now and forget its strikes; True when it was cooling."""
+        with self._lock:
+            now = self._clock.time()
+            self._end_due(now)
+            return self._cooldowns.clear((key, target), now)
 
     async def active_counts(self) -> dict[ProxyKey, int]:
         """Active leases per proxy, for proxies holding at least one."""

@@ -42,6 +42,8 @@ from egress_proxies.leases.lease import (
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, PaceState, handed_out
 from egress_proxies.leases.store import (
+    MAX_COOLDOWNS_LISTED,
+    Cooling,
     InvalidTtlError,
     LeaseCounts,
     RecordLookup,
@@ -52,7 +54,17 @@ from egress_proxies.leases.waiting import CONTENDED_RETRY, WAITING_WINDOW
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
 MAX_CONNECTIONS = 16
-SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts")
+SCRIPTS = (
+    "acquire",
+    "pool",
+    "release",
+    "renew",
+    "report",
+    "forget",
+    "counts",
+    "cooling",
+    "clear",
+)
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -296,6 +308,26 @@ class RedisLeaseStore:
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         await self._run("forget", repr(self._clock.time()), key, self._window)
+
+    async def cooldowns(self) -> list[Cooling]:
+        """The pairs cooling now, the soonest to end first (at most MAX_COOLDOWNS_LISTED)."""
+        reply = await self._run(
+            "cooling", repr(self._clock.time()), self._window, str(MAX_COOLDOWNS_LISTED)
+        )
+        return [
+            Cooling(
+                ProxyKey(reply[i]),
+                None if reply[i + 1] == "g" else reply[i + 1].removeprefix("t:"),
+                float(reply[i + 2]),
+                reply[i + 3] == "1",
+            )
+            for i in range(0, len(reply), 4)
+        ]
+
+    async def clear_cooldown(self, key: ProxyKey, target: str | None) -> bool:
+        """End the pair's cooldown now and forget its strikes; True when it was cooling."""
+        reply = await self._run("clear", repr(self._clock.time()), self._window, key, target or "")
+        return bool(reply)
 
     async def active_counts(self) -> dict[ProxyKey, int]:
         """Active leases per proxy, for proxies holding at least one."""

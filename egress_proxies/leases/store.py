@@ -47,6 +47,20 @@ class LeaseCounts:
     paused_targets: int = 0
 
 
+@dataclass(frozen=True)
+class Cooling:
+    """A {proxy, target} pair cooling now (target None: every target), until when, and why."""
+
+    proxy: ProxyKey
+    target: str | None
+    until: float
+    from_ban: bool
+
+
+# The most cooling pairs one `cooldowns()` call lists (the earliest to end first).
+MAX_COOLDOWNS_LISTED = 10_000
+
+
 class LeaseStore(Protocol):
     """Leases and cooldowns for the whole fleet.
 
@@ -107,6 +121,18 @@ class LeaseStore(Protocol):
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
+        ...
+
+    async def cooldowns(self) -> list[Cooling]:
+        """The pairs cooling now, the soonest to end first (at most MAX_COOLDOWNS_LISTED)."""
+        ...
+
+    async def clear_cooldown(self, key: ProxyKey, target: str | None) -> bool:
+        """End the pair's cooldown now and forget its strikes; True when it was cooling.
+
+        `target` None clears the proxy's global cooldown (a ban reported without a
+        target), not its per-target ones. The next acquire may grant the pair at once.
+        """
         ...
 
     async def active_counts(self) -> dict[ProxyKey, int]:

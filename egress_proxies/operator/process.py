@@ -243,7 +243,6 @@ class Operator:
                 ConsoleTokenDirectory(settings.console_tokens_dir, self.clock),
                 self.fleet,
                 self.leases,
-                settings.lease_limits(),
                 self.clock,
                 client=self.client,
                 events=self.events,

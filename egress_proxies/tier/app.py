@@ -54,7 +54,6 @@ class DiscoveryTier:
                 ConsoleTokenDirectory(console_dir, self.clock),
                 self.fleet,
                 self.store,
-                self.settings.lease_limits(),
                 self.clock,
             )
             if console_dir

@@ -188,12 +188,20 @@ const views = {
   cooldowns: {
     path: () => "/cooldowns",
     render(data) {
-      return table([
+      const columns = [
         { id: "proxy", title: "Proxy", value: (c) => c.proxy },
         { id: "site", title: "Site", value: (c) => c.target, cell: (c) => c.target || "(every site)" },
         { id: "kind", title: "Why", value: (c) => c.kind },
         { id: "left", title: "Time left", numeric: true, value: (c) => c.secondsLeft, cell: (c) => ago(c.secondsLeft) },
-      ], data.cooldowns, (c) => `${c.proxy} ${c.target}`, "cooldowns");
+      ];
+      if (state.session.mayAct) {
+        columns.push({ id: "action", title: "", value: () => "", cell: (c) => {
+          const [namespace, name] = c.proxy.split("/");
+          return el("button", { type: "button", "data-action": "clear-cooldown", text: "Clear", title: "end this cooldown now",
+            onclick: () => act(`/proxies/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/clear-cooldown`, { target: c.target }) });
+        } });
+      }
+      return table(columns, data.cooldowns, (c) => `${c.proxy} ${c.target || ""}`, "cooldowns");
     },
   },
   pools: {

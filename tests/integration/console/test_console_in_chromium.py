@@ -16,9 +16,20 @@ from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 
 from egress_proxies.kube.resources import PROXIES
+from egress_proxies.leases import LeaseStore, RedisLeaseStore
 from harness.browser import chromium, wait_until
-from harness.console import ConsoleSite, proxy_body
-from harness.console_page import cell, click, log_in, mark_page, number, still_same_page, text
+from harness.console import ConsoleSite, proxy_body, served_console
+from harness.console_page import (
+    cell,
+    click,
+    log_in,
+    mark_page,
+    number,
+    row,
+    still_same_page,
+    text,
+)
+from harness.redis import RedisServer
 from tests.integration.console.conftest import Tokens
 
 SITE = "shop.example"
@@ -177,3 +188,72 @@ def test_draining_a_pool_member_from_the_page(
     assert [reason for _, _, reason, _ in site.events.events] == ["DrainedFromConsole"]
     with crawler(site, tokens) as client:
         assert lease(client)["proxy"]["name"] == "alone"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def any_store_site(request: pytest.FixtureRequest, tokens: Tokens) -> Iterator[ConsoleSite]:
+    """A served console over the memory store or a RedisLeaseStore on the real redis-server."""
+    store: LeaseStore | None = None
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        prefix: str = request.getfixturevalue("redis_prefix")
+        store = RedisLeaseStore(server.url, prefix=prefix, timeout=2.0)
+    users = tokens.users()
+    with served_console(lambda: users, frozenset({tokens.crawler}), store=store) as served:
+        yield served
+
+
+def test_clearing_a_cooldown_from_the_page_lets_the_lease_api_offer_the_proxy_again(
+    browser: Chrome, any_store_site: ConsoleSite, tokens: Tokens
+) -> None:
+    site = any_store_site
+    site.put(proxy_body("a"))
+    with crawler(site, tokens) as client:
+        granted = lease(client, target=SITE)
+        banned = client.post(f"/v1/leases/{granted['leaseId']}/report", json={"result": "banned"})
+        assert banned.status_code == 200, banned.text
+        client.delete(f"/v1/leases/{granted['leaseId']}")
+        assert lease(client, status=409, target=SITE)["error"] == "no_match"
+        log_in(browser, site.console, tokens.actor, view="cooldowns")
+        pair = f"crawl/a {SITE}"
+        wait_until(browser, lambda b: cell(b, pair, "kind") == "banned")
+        mark_page(browser)
+
+        click(browser, pair, "clear-cooldown")
+
+        wait_until(browser, lambda b: text(b, "view") is not None and row(b, pair) is None)
+        assert site.objects.patches == []  # a write to the lease store, not to an object
+        [(regarding, kind, reason, message)] = site.events.events
+        assert (regarding.kind, regarding.name, kind, reason) == (
+            "Proxy",
+            "a",
+            "Normal",
+            "CooldownCleared",
+        )
+        assert "alice" in message and SITE in message
+        assert lease(client, target=SITE)["proxy"]["name"] == "a"
+    assert still_same_page(browser)
+    assert errors_logged(browser) == []
+
+
+def test_a_viewer_sees_no_clear_button_and_a_forged_clear_is_refused(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    site.put(proxy_body("a"))
+    with crawler(site, tokens) as client:
+        granted = lease(client, target=SITE)
+        client.post(f"/v1/leases/{granted['leaseId']}/report", json={"result": "banned"})
+    log_in(browser, site.console, tokens.viewer, view="cooldowns")
+    pair = f"crawl/a {SITE}"
+    wait_until(browser, lambda b: cell(b, pair, "kind") == "banned")
+    assert browser.find_elements(By.CSS_SELECTOR, "button[data-action]") == []
+
+    forged = httpx.post(
+        f"{site.console}/console/api/v1/proxies/crawl/a/clear-cooldown",
+        json={"target": SITE},
+        headers={"Authorization": f"Bearer {tokens.viewer}"},
+    )
+    assert forged.status_code == 403
+    assert forged.json()["error"] == "forbidden"
+    assert site.events.events == []
+    assert cell(browser, pair, "kind") == "banned"

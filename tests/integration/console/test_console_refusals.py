@@ -18,6 +18,7 @@ from tests.integration.console.conftest import Tokens
 API = "/console/api/v1"
 CORDON = f"{API}/proxies/crawl/a/cordon"
 SCALE = f"{API}/pools/crawl/eu/scale"
+CLEAR = f"{API}/proxies/crawl/a/clear-cooldown"
 
 
 @pytest.fixture
@@ -91,6 +92,7 @@ def test_forged_actions_from_a_viewer_are_refused(
     refused(http.post(CORDON, json={"cordoned": True}, headers=viewer), 403, "forbidden")
     refused(http.post(SCALE, json={"replicas": 9}, headers=viewer), 403, "forbidden")
     refused(http.post(f"{API}/proxies/crawl/a/drain", json={}, headers=viewer), 403, "forbidden")
+    refused(http.post(CLEAR, json={"target": "a.example"}, headers=viewer), 403, "forbidden")
     assert unchanged(site)
 
 
@@ -101,6 +103,7 @@ def test_forged_actions_from_a_viewer_are_refused(
         (f"{API}/proxies/elsewhere/a/cordon", {"cordoned": True}, "unknown_proxy"),
         (f"{API}/pools/crawl/nopool/scale", {"replicas": 1}, "unknown_pool"),
         (f"{API}/proxies/crawl/nobody/drain", {}, "unknown_proxy"),
+        (f"{API}/proxies/crawl/nobody/clear-cooldown", {"target": None}, "unknown_proxy"),
     ],
 )
 def test_unknown_proxies_and_pools_are_404(
@@ -147,6 +150,30 @@ def test_malformed_action_bodies_are_400(
         headers=bearer(tokens.actor) | {"Content-Type": "application/json"} | headers,
     )
     refused(answer, status, error)
+    assert unchanged(site)
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"target": 3}, {"target": "x" * 2049}, {"target": None, "all": True}, []]
+)
+def test_a_malformed_clear_cooldown_is_400(
+    http: httpx.Client, site: ConsoleSite, tokens: Tokens, body: object
+) -> None:
+    refused(http.post(CLEAR, json=body, headers=bearer(tokens.actor)), 400, "invalid_request")
+    assert unchanged(site)
+
+
+def test_clearing_a_pair_that_does_not_cool_writes_nothing(
+    http: httpx.Client, site: ConsoleSite, tokens: Tokens
+) -> None:
+    answer = http.post(CLEAR, json={"target": "a.example"}, headers=bearer(tokens.actor))
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "namespace": "crawl",
+        "name": "a",
+        "target": "a.example",
+        "cleared": False,
+    }
     assert unchanged(site)
 
 

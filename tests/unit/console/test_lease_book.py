@@ -12,6 +12,7 @@ from egress_proxies.console.leasebook import MAX_TARGETS, LeaseBook
 from egress_proxies.console.observed_store import ObservedLeaseStore
 from egress_proxies.leases import (
     CandidatePool,
+    Cooling,
     Lease,
     LeaseId,
     LeaseLimits,
@@ -46,7 +47,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def book(clock: ManualClock) -> LeaseBook:
-    return LeaseBook(LIMITS, clock)
+    return LeaseBook(clock)
 
 
 @pytest.fixture
@@ -77,19 +78,19 @@ async def test_leases_are_listed_until_released_or_expired(
     assert book.leases() == []
 
 
-async def test_cooldowns_follow_the_stores_rule(
+async def test_cooldowns_are_the_stores_and_a_ban_is_counted(
     store: ObservedLeaseStore, book: LeaseBook, clock: ManualClock
 ) -> None:
     lease = await granted(store)
     await store.report(lease.lease_id, ReportResult.BANNED, None, None, RECORDS)
     await store.release(lease.lease_id)
-    [(key, target, until, from_ban)] = book.cooling()
-    assert (key, target, until, from_ban) == ("crawl/a", "shop.example", clock.time() + 300, True)
+    [cooling] = await store.cooldowns()
+    assert cooling == Cooling(proxy_key("crawl", "a"), "shop.example", clock.time() + 300, True)
     refused = await store.acquire(POOL, "shop.example", 60)
     assert isinstance(refused, NoMatch) and refused.in_cooldown == 1
     assert book.bans_last_day(proxy_key("crawl", "a")) == 1
     clock.advance(301)
-    assert book.cooling() == []
+    assert await store.cooldowns() == []
     assert isinstance(await store.acquire(POOL, "shop.example", 60), Lease)
 
 
@@ -106,8 +107,8 @@ async def test_a_rate_limit_lowers_the_sites_pace_and_is_counted(
     assert site.lowered_at == clock.time()
     assert site.report_counts(clock.time()) == (8, 1, 0)
     assert list(site.rate_limits) == [clock.time()]
-    [(_, _, until, from_ban)] = book.cooling()
-    assert (until, from_ban) == (clock.time() + 5.0, False)
+    [cooling] = await store.cooldowns()
+    assert (cooling.until, cooling.from_ban) == (clock.time() + 5.0, False)
 
 
 async def test_a_gone_proxy_leaves_the_book(
@@ -116,7 +117,7 @@ async def test_a_gone_proxy_leaves_the_book(
     lease = await granted(store)
     await store.report(lease.lease_id, ReportResult.BANNED, None, None, RECORDS)
     await store.forget_proxy(proxy_key("crawl", "a"))
-    assert (book.leases(), book.cooling()) == ([], [])
+    assert (book.leases(), await store.cooldowns()) == ([], [])
     assert book.bans_last_day(proxy_key("crawl", "a")) == 0
     assert book.targets()["shop.example"].paces == {}
 

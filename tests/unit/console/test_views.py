@@ -17,7 +17,7 @@ from egress_proxies.console.views import (
     site_view,
 )
 from egress_proxies.events import Regarding
-from egress_proxies.leases import LeaseLimits
+from egress_proxies.leases import Cooling
 from harness.console import RecordingEvents, pool_body, proxy_body
 
 
@@ -26,9 +26,8 @@ def test_fleet_rows_are_sorted_and_carry_load_trouble_and_history() -> None:
     history = History(interval=10, span=60)
     history.record(clock.time(), {("latency", "crawl/b"): 20.0})
     facts = [proxy_facts(proxy_body("b", pool="eu")), proxy_facts(proxy_body("a", healthy=None))]
-    view = fleet_view(
-        facts, {proxy_key("crawl", "b"): 1}, LeaseBook(LeaseLimits(), clock), history, 5.0
-    )
+    cooling = [Cooling(proxy_key("crawl", "b"), "shop.example", 50.0, True)]
+    view = fleet_view(facts, {proxy_key("crawl", "b"): 1}, cooling, LeaseBook(clock), history, 5.0)
     assert [row["key"] for row in view["proxies"]] == ["crawl/a", "crawl/b"]
     a, b = view["proxies"]
     assert (a["ready"], a["leases"], a["pool"]) == (None, 0, None)
@@ -40,14 +39,26 @@ def test_fleet_rows_are_sorted_and_carry_load_trouble_and_history() -> None:
         "eu",
     )
     assert b["latencyHistory"] == [20.0] and b["address"] == "127.0.0.1:3128"
+    assert (a["cooldowns"], b["cooldowns"]) == (0, 1)
     assert view["count"] == 2 and view["now"] == 5.0
 
 
 def test_an_unseen_site_has_no_view_and_no_cooldown_is_listed() -> None:
     clock = ManualClock()
-    book = LeaseBook(LeaseLimits(), clock)
+    book = LeaseBook(clock)
     assert site_view("never.example", book, History(), clock.time()) is None
-    assert cooldowns_view(book, clock.time()) == {"now": clock.time(), "cooldowns": [], "count": 0}
+    assert cooldowns_view([], clock.time()) == {"now": clock.time(), "cooldowns": [], "count": 0}
+
+
+def test_cooldowns_are_listed_by_proxy_then_site_with_their_cause() -> None:
+    key = proxy_key("crawl", "a")
+    view = cooldowns_view(
+        [Cooling(key, "b.example", 40.0, False), Cooling(key, None, 30.0, True)], 10.0
+    )
+    assert [(c["target"], c["secondsLeft"], c["kind"]) for c in view["cooldowns"]] == [
+        (None, 20.0, "banned"),
+        ("b.example", 30.0, "rate_limited"),
+    ]
 
 
 def test_pools_show_their_counts_hash_and_last_events_newest_first() -> None:
