@@ -84,6 +84,12 @@ class ConsoleTokenDirectory:
         self._secret = MountedSecret(
             path, users_from_secret_data, dict[str, ConsoleUser](), "console users", clock
         )
+        if not self._secret():
+            logger.warning(
+                "the console is on but %s holds no console user yet: every console request "
+                "is refused until the Secret has a <user>.view or <user>.act key",
+                path,
+            )
 
     def __repr__(self) -> str:
         return f"<ConsoleTokenDirectory {self._secret.path} [users: {len(self._secret.value)}]>"

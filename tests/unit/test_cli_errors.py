@@ -88,6 +88,7 @@ MALFORMED = {
     "discovery_port": "abc",
     "discovery_allow_no_auth": "perhaps",
     "console_port": "70000",
+    "console_tokens_dir": "/nonexistent/console-users",
     "metrics_port": "-1",
     "trace_health_probes": "perhaps",
     "lease_store": "ftp://files",
@@ -121,7 +122,6 @@ ANY_TEXT = {
     "squid_image",  # any text but the empty flag (an empty variable is unset)
     "discovery_host",
     "discovery_tokens_dir",
-    "console_tokens_dir",
     "console_host",
     "lease_store_prefix",
     "gcp_project",

@@ -131,12 +131,24 @@ def test_help_lists_every_field_with_its_flag_and_variables(
             assert f"${variable}" in text, variable
 
 
-def test_the_console_is_off_until_given_its_users(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_console_is_off_until_given_its_users(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     assert settings_of(monkeypatch).console_tokens_dir is None
-    settings = settings_of(monkeypatch, "--console-tokens-dir", "/etc/console-users")
-    assert (settings.console_tokens_dir, settings.console_port) == (
-        Path("/etc/console-users"),
-        8091,
-    )
+    settings = settings_of(monkeypatch, "--console-tokens-dir", str(tmp_path))
+    assert (settings.console_tokens_dir, settings.console_port) == (tmp_path, 8091)
     monkeypatch.setenv("EGRESS_PROXIES_CONSOLE_PORT", "9191")
     assert settings_of(monkeypatch).console_port == 9191
+
+
+@pytest.mark.parametrize("command", [["run"], ["discovery", "--lease-store", "memory"]])
+def test_a_console_tokens_dir_that_is_not_there_exits_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    missing = tmp_path / "console-users"
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--console-tokens-dir", str(missing)])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--console-tokens-dir" in error and f"{str(missing)!r}: no such directory" in error
+    assert "Traceback" not in error and len(error.strip().splitlines()) == 1

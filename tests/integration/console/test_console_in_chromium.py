@@ -206,6 +206,7 @@ def any_store_site(request: pytest.FixtureRequest, tokens: Tokens) -> Iterator[C
 def test_clearing_a_cooldown_from_the_page_lets_the_lease_api_offer_the_proxy_again(
     browser: Chrome, any_store_site: ConsoleSite, tokens: Tokens
 ) -> None:
+    errors_logged(browser)  # what earlier tests left in the log
     site = any_store_site
     site.put(proxy_body("a"))
     with crawler(site, tokens) as client:

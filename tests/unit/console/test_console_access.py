@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from pathlib import Path
 
@@ -75,3 +76,17 @@ def test_the_directory_is_reread_when_it_changes(tmp_path: Path) -> None:
     clock.advance(1.0)
     assert set(users()) == {ALICE, BOB}  # a broken file keeps the last good set
     assert repr(users) == f"<ConsoleTokenDirectory {tmp_path} [users: 2]>"
+
+
+def test_an_empty_directory_is_warned_about_at_startup_and_read_again_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = ManualClock()
+    with caplog.at_level(logging.WARNING, logger="egress_proxies.console.access"):
+        users = ConsoleTokenDirectory(tmp_path, clock)
+    [warning] = [r for r in caplog.records if r.name == "egress_proxies.console.access"]
+    assert str(tmp_path) in warning.getMessage() and "refused" in warning.getMessage()
+    assert users() == {}
+    (tmp_path / "alice.act").write_text(ALICE)
+    clock.advance(1.0)
+    assert set(users()) == {ALICE}
