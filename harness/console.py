@@ -200,8 +200,11 @@ def served_console(
     history: History | None = None,
     clock: Clock | None = None,
     store: LeaseStore | None = None,
+    crawler_names: Mapping[str, str] | None = None,
 ) -> Iterator[ConsoleSite]:
     """The console and the discovery API on loopback ports, in a thread (see the module).
+
+    `crawler_names`: each crawler token's name (its Secret key), by token.
 
     `store`: the lease store (a new MemoryLeaseStore by default); it is closed with
     the servers, on their loop.
@@ -222,7 +225,14 @@ def served_console(
     async def serve() -> None:
         runners: list[web.AppRunner] = []
         try:
-            discovery = web.AppRunner(create_app(fleet, parts.store, lambda: crawler_tokens))
+            discovery = web.AppRunner(
+                create_app(
+                    fleet,
+                    parts.store,
+                    lambda: crawler_tokens,
+                    token_names=None if crawler_names is None else lambda: crawler_names,
+                )
+            )
             await discovery.setup()
             runners.append(discovery)
             await web.TCPSite(discovery, "127.0.0.1", 0).start()

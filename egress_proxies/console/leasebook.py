@@ -41,6 +41,7 @@ class LiveLease:
     target: str | None
     granted_at: float
     expires_at: float
+    holder: str | None  # the name of the crawler token it was granted to, if known
 
 
 @dataclass(slots=True)
@@ -87,8 +88,9 @@ class LeaseBook:
             f"proxies banned: {len(self._bans)}]>"
         )
 
-    def granted(self, lease: Lease) -> None:
-        """A lease was granted (or renewed): it runs until `lease.expires_at`."""
+    def granted(self, lease: Lease, holder: str | None = None) -> None:
+        """A lease was granted (or renewed) to `holder` (a token's name): it runs until
+        `lease.expires_at`; a renewal keeps the holder the grant named."""
         now = self._clock.time()
         known = self._leases.pop(lease.lease_id, None)
         if known is None and len(self._leases) >= MAX_LEASES:
@@ -99,6 +101,7 @@ class LeaseBook:
             lease.target,
             known.granted_at if known else now,
             lease.expires_at,
+            known.holder if known else holder,
         )
         if lease.target is not None:
             book = self._target(lease.target, now)

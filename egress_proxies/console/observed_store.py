@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.console.leasebook import LeaseBook
+from egress_proxies.discovery.requester import requester
 from egress_proxies.leases import (
     CandidatePool,
     Cooling,
@@ -41,10 +42,10 @@ class ObservedLeaseStore:
     async def acquire(
         self, pool: CandidatePool, target: str | None, ttl_seconds: int, held: int = 0
     ) -> Lease | NoMatch:
-        """The store's answer; a granted lease is noted."""
+        """The store's answer; a granted lease is noted with its holder's token name."""
         outcome = await self._store.acquire(pool, target, ttl_seconds, held)
         if isinstance(outcome, Lease):
-            self._book.granted(outcome)
+            self._book.granted(outcome, requester())
         return outcome
 
     async def renew(

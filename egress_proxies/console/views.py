@@ -180,10 +180,11 @@ def pools_view(pools: Sequence[PoolView], events: EventLog, now: float) -> JsonO
 
 
 def leases_view(book: LeaseBook, now: float) -> JsonObject:
-    """The live leases: proxy, target, age and time left."""
+    """The live leases: the holder's token name, proxy, target, age and time left."""
     rows = [
         {
             "leaseId": lease.lease_id[:6] + "…",  # enough to tell apart, useless to a thief
+            "holder": lease.holder,
             "proxy": lease.proxy,
             "target": lease.target,
             "ageSeconds": round(now - lease.granted_at, 1),

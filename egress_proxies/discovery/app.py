@@ -8,7 +8,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from egress_proxies.catalog import ProxyCatalog
-from egress_proxies.discovery.auth import BearerAuth, TokenSource
+from egress_proxies.discovery.auth import BearerAuth, TokenNames, TokenSource
 from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder, PoolDemandRecorder
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.openapi import render_openapi
@@ -27,12 +27,15 @@ def create_app(
     metrics: LeaseRequestRecorder | None = None,
     demand: PoolDemandRecorder | None = None,
     allow_no_auth: bool = False,
+    token_names: TokenNames | None = None,
     synced: Callable[[], bool] = lambda: True,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The discovery API over `catalog` and `store`.
 
-    `tokens` is called on every request, so a rotated Secret applies at once.
+    `tokens` is called on every request, so a rotated Secret applies at once;
+    `token_names` names each (its Secret key: a TokenDirectory's `names`), which the
+    request's handlers can read (requester.py).
     With no tokens every request except /healthz, /readyz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
     `synced` says whether `catalog` holds the fleet yet (the separate tier's
@@ -40,7 +43,7 @@ def create_app(
     `middlewares` (aiohttp-style: tracing) run outermost around every route,
     composed once here rather than by aiohttp per request (see routing.py).
     """
-    auth = BearerAuth(tokens, allow_no_auth=allow_no_auth)
+    auth = BearerAuth(tokens, allow_no_auth=allow_no_auth, names=token_names)
     auth.refresh()
     handlers = Handlers(
         IndexedCatalog(catalog),

@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 TokenSource = Callable[[], frozenset[str]]
 """Returns the tokens valid right now; called once per request."""
 
+TokenNames = Callable[[], Mapping[str, str]]
+"""Returns each valid token's name (its Secret key), by token; called once per request."""
+
 MIN_TOKEN_LENGTH = 16
 # Spellings of valid headers remembered ("Bearer t", "bearer  t "...); more starts over.
 MAX_ACCEPTED_HEADERS = 256
@@ -43,7 +46,12 @@ def tokens_from_secret_data(data: Mapping[str, str] | None) -> frozenset[str]:
     not UTF-8, holds spaces or control characters, or is shorter than 16 characters
     raises InvalidTokenSecretError, so a broken Secret never half-applies.
     """
-    tokens: set[str] = set()
+    return frozenset(named_tokens_from_secret_data(data))
+
+
+def named_tokens_from_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
+    """The tokens in a Secret's `data` (as `tokens_from_secret_data`), each with its key."""
+    tokens: dict[str, str] = {}
     for key, value in (data or {}).items():
         try:
             token = base64.b64decode(value, validate=True).decode("utf-8").strip()
@@ -57,8 +65,8 @@ def tokens_from_secret_data(data: Mapping[str, str] | None) -> frozenset[str]:
             raise InvalidTokenSecretError(
                 f"key {key!r} is shorter than {MIN_TOKEN_LENGTH} characters"
             )
-        tokens.add(token)
-    return frozenset(tokens)
+        tokens[token] = key
+    return tokens
 
 
 def _digest(token: str) -> bytes:
@@ -68,46 +76,59 @@ def _digest(token: str) -> bytes:
 class BearerAuth:
     """Checks a request's bearer token: token digests and whether auth is on."""
 
-    def __init__(self, tokens: TokenSource, *, allow_no_auth: bool) -> None:
+    def __init__(
+        self, tokens: TokenSource, *, allow_no_auth: bool, names: TokenNames | None = None
+    ) -> None:
         self._tokens = tokens
+        self._names = names
         self._allow_no_auth = allow_no_auth
         self._seen: frozenset[str] | None = None
         self._digests: tuple[bytes, ...] = ()
-        # Authorization headers already found valid for the current tokens, so a client's
-        # next request skips the digest: a set lookup hashes the whole header and compares
-        # contents only on an equal hash, which a wrong token does not have.
-        self._accepted: set[str] = set()
+        self._digest_names: tuple[str | None, ...] = ()
+        # Authorization headers already found valid for the current tokens (with the
+        # token's name), so a client's next request skips the digest: a dict lookup hashes
+        # the whole header and compares contents only on an equal hash, which a wrong
+        # token does not have.
+        self._accepted: dict[str, str | None] = {}
 
-    def check(self, header: str | None) -> None:
-        """Raise a 401 DiscoveryApiError unless the Authorization header carries a valid token."""
+    def check(self, header: str | None) -> str | None:
+        """The name of the valid token the Authorization header carries (None: unnamed).
+
+        Raises a 401 DiscoveryApiError unless it carries a valid token.
+        """
         digests = self.refresh()
         if not digests and self._allow_no_auth:
-            return
+            return None
         if header is None:
             raise DiscoveryApiError(401, "unauthorized", "missing bearer token", _CHALLENGE)
         if header in self._accepted:
-            return
+            return self._accepted[header]
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
             raise DiscoveryApiError(
                 401, "unauthorized", "expected 'Authorization: Bearer <token>'", _CHALLENGE
             )
         presented_digest = _digest(presented.strip())
-        matched = False
-        for digest in digests:
-            matched |= hmac.compare_digest(presented_digest, digest)
+        matched, name = False, None
+        for digest, digest_name in zip(digests, self._digest_names, strict=True):
+            if hmac.compare_digest(presented_digest, digest):
+                matched, name = True, digest_name
         if not matched:
             raise DiscoveryApiError(401, "unauthorized", "invalid bearer token", _CHALLENGE)
         if len(self._accepted) >= MAX_ACCEPTED_HEADERS:
             self._accepted.clear()
-        self._accepted.add(header)
+        self._accepted[header] = name
+        return name
 
     def refresh(self) -> tuple[bytes, ...]:
         """Re-read the tokens (digests of the valid ones), logging when auth turns on or off."""
         tokens = self._tokens()
-        if tokens is not self._seen and tokens != self._seen:
+        # With names, a new set object may rename the same tokens (a Secret key renamed).
+        if tokens is not self._seen and (self._names is not None or tokens != self._seen):
+            names = self._names() if self._names is not None else {}
             self._digests = tuple(_digest(token) for token in tokens)
-            self._accepted = set()
+            self._digest_names = tuple(names.get(token) for token in tokens)
+            self._accepted = {}
             self._log_transition(had_tokens=bool(self._seen), has_tokens=bool(tokens))
             self._seen = tokens
         return self._digests

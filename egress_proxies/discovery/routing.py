@@ -23,6 +23,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from egress_proxies.discovery.auth import BearerAuth
 from egress_proxies.discovery.errors import error_response
+from egress_proxies.discovery.requester import serving
 
 CATCH_ALL = "/{path:.*}"
 
@@ -72,7 +73,7 @@ class Routes:
         async def answer(request: web.Request) -> web.StreamResponse:
             try:
                 if check is not None:
-                    check(request.headers.get(hdrs.AUTHORIZATION))
+                    serving(check(request.headers.get(hdrs.AUTHORIZATION)))
                 return await handler(request)
             except Exception as error:
                 return error_response(request, error)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Mapping, Sized
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from egress_proxies.clock import Clock, SystemClock
-from egress_proxies.discovery.auth import InvalidTokenSecretError, tokens_from_secret_data
+from egress_proxies.discovery.auth import InvalidTokenSecretError, named_tokens_from_secret_data
 
 logger = logging.getLogger(__name__)
 
@@ -74,19 +74,31 @@ def _size(value: object) -> int:
 
 
 class TokenDirectory:
-    """A TokenSource over a directory of token files (hidden files are ignored)."""
+    """A TokenSource over a directory of token files (hidden files are ignored).
+
+    Each token's name is its file's name (the Secret's key): `names()`.
+    """
 
     def __init__(self, path: Path, clock: Clock | None = None) -> None:
         self._secret = MountedSecret(
-            path, tokens_from_secret_data, frozenset[str](), "discovery tokens", clock
+            path, named_tokens_from_secret_data, dict[str, str](), "discovery tokens", clock
         )
+        self._named: dict[str, str] | None = None
+        self._tokens = frozenset[str]()
 
     def __repr__(self) -> str:
         return f"<TokenDirectory {self._secret.path} [tokens: {len(self._secret.value)}]>"
 
     def __call__(self) -> frozenset[str]:
         """The tokens valid now; a broken file keeps the last good set (and is logged)."""
-        return self._secret()
+        named = self._secret()
+        if named is not self._named:
+            self._named, self._tokens = named, frozenset(named)
+        return self._tokens
+
+    def names(self) -> Mapping[str, str]:
+        """Each token's name (its file's name), as of the last call."""
+        return self._secret.value
 
 
 def _read(files: list[Path]) -> dict[str, str]:

@@ -296,10 +296,12 @@ class Operator:
                 stop_flag.set_result(None)
 
         tokens_dir = self.settings.discovery_tokens_dir
+        tokens = TokenDirectory(tokens_dir, self.clock) if tokens_dir else None
         app = create_app(
             self.fleet,
             self.served_leases,
-            TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
+            tokens or frozenset,
+            token_names=tokens.names if tokens else None,
             metrics=self.metrics.leases,
             demand=self.demand,
             allow_no_auth=self.settings.discovery_allow_no_auth,

@@ -59,10 +59,12 @@ class DiscoveryTier:
             if console_dir
             else None
         )
+        tokens = TokenDirectory(tokens_dir, self.clock) if tokens_dir else None
         app = create_app(
             self.fleet,
             console.store if console else self.store,
-            TokenDirectory(tokens_dir, self.clock) if tokens_dir else frozenset,
+            tokens or frozenset,
+            token_names=tokens.names if tokens else None,
             allow_no_auth=self.settings.discovery_allow_no_auth,
             synced=self.synced,
         )

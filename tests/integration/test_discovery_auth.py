@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import base64
 import logging
+from pathlib import Path
 
 import pytest
 
+from egress_proxies.clock import ManualClock
 from egress_proxies.discovery import InvalidTokenSecretError, tokens_from_secret_data
+from egress_proxies.discovery.auth import BearerAuth, named_tokens_from_secret_data
+from egress_proxies.discovery.token_files import TokenDirectory
 from tests.integration.discovery_helpers import Tokens, new_token, serve_api
 
 
@@ -103,3 +107,28 @@ def test_broken_secret_entries_are_refused_by_key_never_by_value(value: str, pro
         tokens_from_secret_data({"good": b64(new_token()), "bad-key": value})
     assert "bad-key" in str(raised.value)
     assert value not in str(raised.value)
+
+
+def test_a_token_is_named_by_its_key_and_the_check_returns_the_name(tmp_path: Path) -> None:
+    first, second = new_token(), new_token()
+    (tmp_path / "crawler-a").write_text(first)
+    (tmp_path / "crawler-b").write_text(second + "\n")
+    clock = ManualClock()
+    tokens = TokenDirectory(tmp_path, clock)
+    auth = BearerAuth(tokens, allow_no_auth=False, names=tokens.names)
+
+    assert auth.check(f"Bearer {first}") == "crawler-a"
+    assert auth.check(f"Bearer {first}") == "crawler-a"  # the remembered header, too
+    assert auth.check(f"bearer  {second} ") == "crawler-b"
+    (tmp_path / "crawler-a").rename(tmp_path / "team-x")
+    clock.advance(1.0)
+    assert auth.check(f"Bearer {first}") == "team-x"
+    assert "crawler-a" not in tokens.names().values()
+    assert BearerAuth(tokens, allow_no_auth=False).check(f"Bearer {second}") is None
+
+
+def test_named_tokens_map_each_token_to_its_key() -> None:
+    first = new_token()
+    assert named_tokens_from_secret_data({"crawler-a": b64(first), "retired": ""}) == {
+        first: "crawler-a"
+    }

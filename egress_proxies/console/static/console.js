@@ -234,6 +234,7 @@ const views = {
     render(data) {
       return table([
         { id: "lease", title: "Lease", value: (l) => l.leaseId },
+        { id: "holder", title: "Token", value: (l) => l.holder, cell: (l) => l.holder || "–" },
         { id: "proxy", title: "Proxy", value: (l) => l.proxy },
         { id: "site", title: "Site", value: (l) => l.target, cell: (l) => l.target || "(any)" },
         { id: "age", title: "Age", numeric: true, value: (l) => l.ageSeconds, cell: (l) => ago(l.ageSeconds) },

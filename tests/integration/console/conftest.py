@@ -12,6 +12,8 @@ import pytest
 from egress_proxies.console import ConsoleUser, users_from_secret_data
 from harness.console import ConsoleSite, served_console
 
+CRAWLER = "crawler-a"  # the crawler token's name (its key in the token Secret)
+
 
 @dataclass(frozen=True)
 class Tokens:
@@ -39,5 +41,7 @@ def tokens() -> Tokens:
 @pytest.fixture
 def site(tokens: Tokens) -> Iterator[ConsoleSite]:
     users = tokens.users()
-    with served_console(lambda: users, frozenset({tokens.crawler})) as served:
+    with served_console(
+        lambda: users, frozenset({tokens.crawler}), crawler_names={tokens.crawler: CRAWLER}
+    ) as served:
         yield served

@@ -30,7 +30,7 @@ from harness.console_page import (
     text,
 )
 from harness.redis import RedisServer
-from tests.integration.console.conftest import Tokens
+from tests.integration.console.conftest import CRAWLER, Tokens
 
 SITE = "shop.example"
 NOTHING = "\N{EN DASH}"  # what a cell shows for no value
@@ -199,7 +199,12 @@ def any_store_site(request: pytest.FixtureRequest, tokens: Tokens) -> Iterator[C
         prefix: str = request.getfixturevalue("redis_prefix")
         store = RedisLeaseStore(server.url, prefix=prefix, timeout=2.0)
     users = tokens.users()
-    with served_console(lambda: users, frozenset({tokens.crawler}), store=store) as served:
+    with served_console(
+        lambda: users,
+        frozenset({tokens.crawler}),
+        store=store,
+        crawler_names={tokens.crawler: CRAWLER},
+    ) as served:
         yield served
 
 
@@ -258,3 +263,24 @@ def test_a_viewer_sees_no_clear_button_and_a_forged_clear_is_refused(
     assert forged.json()["error"] == "forbidden"
     assert site.events.events == []
     assert cell(browser, pair, "kind") == "banned"
+
+
+def test_the_leases_view_names_each_leases_token_never_the_token(
+    browser: Chrome, site: ConsoleSite, tokens: Tokens
+) -> None:
+    errors_logged(browser)
+    site.put(proxy_body("a", max_leases=2))
+    log_in(browser, site.console, tokens.viewer, view="leases")
+    wait_until(browser, lambda b: text(b, "content") is not None)
+    mark_page(browser)
+    with crawler(site, tokens) as client:
+        granted = lease(client, target=SITE, ttlSeconds=120)
+    key = granted["leaseId"][:6] + "\N{HORIZONTAL ELLIPSIS}"
+
+    wait_until(browser, lambda b: cell(b, key, "holder") == CRAWLER)
+    assert cell(browser, key, "proxy") == "crawl/a"
+    assert cell(browser, key, "site") == SITE
+    assert tokens.crawler not in browser.page_source
+    assert granted["leaseId"] not in browser.page_source
+    assert still_same_page(browser)
+    assert errors_logged(browser) == []

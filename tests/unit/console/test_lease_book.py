@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -10,6 +11,8 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.clock import ManualClock
 from egress_proxies.console.leasebook import MAX_TARGETS, LeaseBook
 from egress_proxies.console.observed_store import ObservedLeaseStore
+from egress_proxies.console.views import leases_view
+from egress_proxies.discovery.requester import serving
 from egress_proxies.leases import (
     CandidatePool,
     Cooling,
@@ -133,3 +136,21 @@ async def test_targets_are_bounded_by_dropping_the_longest_unseen(
         book.granted(replace(lease, target=f"t{index}"))
     assert len(book.targets()) == MAX_TARGETS
     assert "t0" not in book.targets() and f"t{MAX_TARGETS}" in book.targets()
+
+
+async def test_a_lease_is_noted_with_the_requesting_tokens_name_kept_on_renewal(
+    store: ObservedLeaseStore, book: LeaseBook, clock: ManualClock
+) -> None:
+    async def as_crawler(name: str | None) -> Lease:
+        serving(name)  # what the discovery API's route wrapper does once the token is checked
+        return await granted(store)
+
+    lease = await asyncio.create_task(as_crawler("crawler-a"))
+    clock.advance(10)
+    serving("someone-else")
+    assert await store.renew(lease.lease_id, 60, RECORDS) is not None
+    [live] = book.leases()
+    assert (live.holder, live.granted_at) == ("crawler-a", clock.time() - 10)
+    [row] = leases_view(book, clock.time())["leases"]
+    assert (row["holder"], row["ageSeconds"], row["ttlLeftSeconds"]) == ("crawler-a", 10.0, 60.0)
+    assert lease.lease_id not in str(row)
