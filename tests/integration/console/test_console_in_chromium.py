@@ -211,7 +211,6 @@ def any_store_site(request: pytest.FixtureRequest, tokens: Tokens) -> Iterator[C
 def test_clearing_a_cooldown_from_the_page_lets_the_lease_api_offer_the_proxy_again(
     browser: Chrome, any_store_site: ConsoleSite, tokens: Tokens
 ) -> None:
-    errors_logged(browser)  # what earlier tests left in the log
     site = any_store_site
     site.put(proxy_body("a"))
     with crawler(site, tokens) as client:
@@ -221,6 +220,7 @@ def test_clearing_a_cooldown_from_the_page_lets_the_lease_api_offer_the_proxy_ag
         client.delete(f"/v1/leases/{granted['leaseId']}")
         assert lease(client, status=409, target=SITE)["error"] == "no_match"
         log_in(browser, site.console, tokens.actor, view="cooldowns")
+        errors_logged(browser)  # what the page of an earlier test, now gone, left in the log
         pair = f"crawl/a {SITE}"
         wait_until(browser, lambda b: cell(b, pair, "kind") == "banned")
         mark_page(browser)
@@ -268,9 +268,9 @@ def test_a_viewer_sees_no_clear_button_and_a_forged_clear_is_refused(
 def test_the_leases_view_names_each_leases_token_never_the_token(
     browser: Chrome, site: ConsoleSite, tokens: Tokens
 ) -> None:
-    errors_logged(browser)
     site.put(proxy_body("a", max_leases=2))
     log_in(browser, site.console, tokens.viewer, view="leases")
+    errors_logged(browser)  # what the page of an earlier test, now gone, left in the log
     wait_until(browser, lambda b: text(b, "content") is not None)
     mark_page(browser)
     with crawler(site, tokens) as client:
