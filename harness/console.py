@@ -29,7 +29,14 @@ from aiohttp import web
 
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock
-from egress_proxies.console import Console, ConsoleUsers, History, bound_port, start_console
+from egress_proxies.console import (
+    Console,
+    ConsoleUsers,
+    History,
+    RedisTally,
+    bound_port,
+    start_console,
+)
 from egress_proxies.discovery import create_app
 from egress_proxies.events import Regarding
 from egress_proxies.kube import NotFoundError
@@ -201,10 +208,12 @@ def served_console(
     clock: Clock | None = None,
     store: LeaseStore | None = None,
     crawler_names: Mapping[str, str] | None = None,
+    tally: RedisTally | None = None,
 ) -> Iterator[ConsoleSite]:
     """The console and the discovery API on loopback ports, in a thread (see the module).
 
-    `crawler_names`: each crawler token's name (its Secret key), by token.
+    `crawler_names`: each crawler token's name (its Secret key), by token. `tally`:
+    the fleet's report counts in Redis (closed with the servers too).
 
     `store`: the lease store (a new MemoryLeaseStore by default); it is closed with
     the servers, on their loop.
@@ -214,7 +223,9 @@ def served_console(
     store = store or MemoryLeaseStore(LeaseLimits(), clock=clock)
     events = RecordingEvents()
     objects = FleetApi(fleet)
-    parts = Console(users, fleet, store, clock, client=objects, events=events, history=history)
+    parts = Console(
+        users, fleet, store, clock, client=objects, events=events, history=history, tally=tally
+    )
     pools = parts.pools
     assert pools is not None
     objects.on_pool = pools.put

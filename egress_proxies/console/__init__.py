@@ -19,6 +19,7 @@ from egress_proxies.console.app import DEFAULT_PORT, PREFIX, bound_port, start_c
 from egress_proxies.console.assembly import Console
 from egress_proxies.console.history import History
 from egress_proxies.console.pools import register_pool_book
+from egress_proxies.console.tally import RedisTally, open_tally
 
 __all__ = [
     "DEFAULT_PORT",
@@ -28,8 +29,10 @@ __all__ = [
     "ConsoleUser",
     "ConsoleUsers",
     "History",
+    "RedisTally",
     "Role",
     "bound_port",
+    "open_tally",
     "register_pool_book",
     "start_console",
     "users_from_secret_data",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from importlib import resources
 from typing import Any
 
@@ -18,6 +18,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from egress_proxies.console.handlers import ConsoleHandlers
 from egress_proxies.console.sampler import Sampler
+from egress_proxies.console.tally import RedisTally
 from egress_proxies.discovery.errors import error_response
 
 DEFAULT_PORT = 8091
@@ -95,11 +96,15 @@ class AccessLogger(AbstractAccessLogger):
         )
 
 
-def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Application:
-    """The console over `handlers`; `sampler` runs while the app is served."""
+def create_console_app(
+    handlers: ConsoleHandlers, sampler: Sampler, tally: RedisTally | None = None
+) -> web.Application:
+    """The console over `handlers`; `sampler` (and `tally`) run while the app is served."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.on_response_prepare.append(_secure)
-    app.cleanup_ctx.append(_sampling(sampler))
+    app.cleanup_ctx.append(_running(sampler.run, "console sampler"))
+    if tally is not None:
+        app.cleanup_ctx.append(_running(tally.run, "console tally"))
     user = handlers.authenticated
     routes: list[tuple[str, str, Route]] = [
         ("GET", PREFIX, _redirect),
@@ -129,15 +134,17 @@ def create_console_app(handlers: ConsoleHandlers, sampler: Sampler) -> web.Appli
     return app
 
 
-def _sampling(sampler: Sampler) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def run_sampler(_: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(sampler.run(), name="console sampler")
+def _running(
+    loop: Callable[[], Coroutine[Any, Any, None]], name: str
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def run(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(loop(), name=name)
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    return run_sampler
+    return run
 
 
 async def start_console(app: web.Application, host: str, port: int) -> web.AppRunner:

@@ -8,7 +8,9 @@ The discovery API must be given `console.store`, the observed store, so the
 console sees its grants and reports. Where the process watches pools (the
 operator), `register_pool_book(registry, console.pools)` and `console.events`
 in place of the event sink fill the Pools view; with a client and an event
-sink the console can act.
+sink the console can act. With the Redis lease store, a `RedisTally` over the
+same Redis makes every replica's console show the fleet's report shares and
+bans (tally.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from egress_proxies.console.leasebook import LeaseBook
 from egress_proxies.console.observed_store import ObservedLeaseStore
 from egress_proxies.console.pools import PoolBook
 from egress_proxies.console.sampler import Sampler
+from egress_proxies.console.tally import RedisTally
 from egress_proxies.events import EventSink
 from egress_proxies.leases import LeaseStore
 
@@ -50,9 +53,11 @@ class Console:
         client: ObjectApi | None = None,
         events: EventSink | None = None,
         history: History | None = None,
+        tally: RedisTally | None = None,
     ) -> None:
         self.book = LeaseBook(clock)
-        self.store = ObservedLeaseStore(store, self.book)
+        self.tally = tally
+        self.store = ObservedLeaseStore(store, self.book, tally)
         self.history = history or History()
         self.pools = PoolBook() if events is not None else None
         self.events = EventLog(events, clock) if events is not None else None
@@ -72,6 +77,7 @@ class Console:
             self.pools,
             self.events,
             self.actions,
+            tally,
         )
 
     def __repr__(self) -> str:
@@ -79,4 +85,4 @@ class Console:
 
     def app(self) -> web.Application:
         """A new aiohttp application serving this console."""
-        return create_console_app(self._handlers, self.sampler)
+        return create_console_app(self._handlers, self.sampler, self.tally)

@@ -161,6 +161,11 @@ class LeaseBook:
         """Every target seen, by name."""
         return self._targets
 
+    def site_reports(self, target: str, now: float) -> tuple[int, int, int]:
+        """Reports for `target` over the last hour: ok (requests counted), rate limited, banned."""
+        book = self._targets.get(target)
+        return (0, 0, 0) if book is None else book.report_counts(now)
+
     def bans_last_day(self, key: ProxyKey) -> int:
         """How often the proxy was reported banned in the last 24 hours."""
         bans = self._bans.get(key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.console.leasebook import LeaseBook
+from egress_proxies.console.tally import RedisTally
 from egress_proxies.discovery.requester import requester
 from egress_proxies.leases import (
     CandidatePool,
@@ -25,11 +26,13 @@ from egress_proxies.leases import (
 
 
 class ObservedLeaseStore:
-    """Delegates to `store`; notes grants, renewals, releases, reports and gone proxies."""
+    """Delegates to `store`; notes grants, renewals, releases, reports and gone proxies
+    (reports also in `tally`, the fleet's counts, where there is one)."""
 
-    def __init__(self, store: LeaseStore, book: LeaseBook) -> None:
+    def __init__(self, store: LeaseStore, book: LeaseBook, tally: RedisTally | None = None) -> None:
         self._store = store
         self._book = book
+        self._tally = tally
 
     def __repr__(self) -> str:
         return f"<ObservedLeaseStore {self._store!r} {self._book!r}>"
@@ -80,6 +83,8 @@ class ObservedLeaseStore:
         )
         if outcome is not None:
             self._book.reported(outcome, result, count)
+            if self._tally is not None:
+                self._tally.reported(outcome.lease.proxy.key, outcome.target, result, count)
         return outcome
 
     async def forget_proxy(self, key: ProxyKey) -> None:

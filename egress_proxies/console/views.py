@@ -16,6 +16,7 @@ from egress_proxies.console.history import History
 from egress_proxies.console.leasebook import PACE_FRESH, LeaseBook, TargetBook
 from egress_proxies.console.pools import PoolView
 from egress_proxies.console.sampler import LATENCY, PACE
+from egress_proxies.console.tally import TroubleCounts
 from egress_proxies.leases import Cooling
 from egress_proxies.model import HEALTHY, READY
 from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
@@ -67,7 +68,7 @@ def fleet_view(
     facts: Iterable[JsonObject],
     leases: Mapping[ProxyKey, int],
     cooldowns: Iterable[Cooling],
-    book: LeaseBook,
+    counts: TroubleCounts,
     history: History,
     now: float,
 ) -> JsonObject:
@@ -80,7 +81,7 @@ def fleet_view(
         | {
             "leases": leases.get(row["key"], 0),
             "cooldowns": cooling.get(row["key"], 0),
-            "bansLastDay": book.bans_last_day(row["key"]),
+            "bansLastDay": counts.bans_last_day(row["key"]),
             "latencyHistory": history.series((LATENCY, row["key"]), SPARKLINE_POINTS),
         }
         for row in sorted(facts, key=lambda row: str(row["key"]))
@@ -88,8 +89,8 @@ def fleet_view(
     return {"now": now, "proxies": rows, "count": len(rows)}
 
 
-def _site_summary(target: str, book: TargetBook, now: float) -> JsonObject:
-    ok, limited, banned = book.report_counts(now)
+def _site_summary(target: str, book: TargetBook, counts: TroubleCounts, now: float) -> JsonObject:
+    ok, limited, banned = counts.site_reports(target, now)
     reports = ok + limited + banned
     return {
         "target": target,
@@ -103,29 +104,43 @@ def _site_summary(target: str, book: TargetBook, now: float) -> JsonObject:
     }
 
 
-def sites_view(book: LeaseBook, now: float) -> JsonObject:
-    """Every target seen, with the pace the fleet learned for it and its trouble."""
+def sites_view(
+    book: LeaseBook, counts: TroubleCounts, now: float, reported: Iterable[str] = ()
+) -> JsonObject:
+    """Every target seen (here, or `reported` by the fleet), its pace and its trouble."""
     leases_by_target: dict[str, int] = {}
     for lease in book.leases():
         if lease.target is not None:
             leases_by_target[lease.target] = leases_by_target.get(lease.target, 0) + 1
+    books = book.targets()
     sites = [
-        _site_summary(target, target_book, now) | {"leases": leases_by_target.get(target, 0)}
-        for target, target_book in sorted(book.targets().items())
+        _site_summary(target, books.get(target) or TargetBook(), counts, now)
+        | {"leases": leases_by_target.get(target, 0)}
+        for target in sorted(books.keys() | set(reported))
     ]
     return {"now": now, "sites": sites, "count": len(sites)}
 
 
-def site_view(target: str, book: LeaseBook, history: History, now: float) -> JsonObject | None:
-    """One target: the summary, each proxy's pace, and the pace over the last hour."""
+def site_view(
+    target: str,
+    book: LeaseBook,
+    counts: TroubleCounts,
+    history: History,
+    now: float,
+    reported: Iterable[str] = (),
+) -> JsonObject | None:
+    """One target (seen here or `reported` by the fleet): the summary, each proxy's pace,
+    and the pace over the last hour."""
     target_book = book.targets().get(target)
     if target_book is None:
-        return None
+        if target not in reported:
+            return None
+        target_book = TargetBook()
     paces = [
         {"proxy": key, "pace": round(rate, 3), "seenAt": seen}
         for key, (rate, seen) in sorted(target_book.paces.items())
     ]
-    return _site_summary(target, target_book, now) | {
+    return _site_summary(target, target_book, counts, now) | {
         "now": now,
         "paces": paces,
         "paceHistory": {

@@ -21,6 +21,7 @@ from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
 from egress_proxies.console import (
     Console,
     ConsoleTokenDirectory,
+    open_tally,
     register_pool_book,
     start_console,
 )
@@ -246,6 +247,12 @@ class Operator:
                 self.clock,
                 client=self.client,
                 events=self.events,
+                tally=open_tally(
+                    settings.lease_store,
+                    prefix=settings.lease_store_prefix,
+                    timeout=settings.lease_store_timeout,
+                    clock=self.clock,
+                ),
             )
             if settings.console_tokens_dir
             else None

@@ -10,7 +10,7 @@ import sys
 from egress_proxies.catalog.feed import fleet_watches
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock, SystemClock
-from egress_proxies.console import Console, ConsoleTokenDirectory, start_console
+from egress_proxies.console import Console, ConsoleTokenDirectory, open_tally, start_console
 from egress_proxies.discovery import create_app, start
 from egress_proxies.discovery.token_files import TokenDirectory
 from egress_proxies.kube import Credentials, KubeClient, KubeConfigError
@@ -55,6 +55,12 @@ class DiscoveryTier:
                 self.fleet,
                 self.store,
                 self.clock,
+                tally=open_tally(
+                    self.settings.lease_store,
+                    prefix=self.settings.lease_store_prefix,
+                    timeout=self.settings.lease_store_timeout,
+                    clock=self.clock,
+                ),
             )
             if console_dir
             else None

@@ -1,0 +1,105 @@
+"""Two replicas' consoles over one real Redis show the same numbers.
+
+Each replica serves its own discovery API and console over a RedisLeaseStore
+and a RedisTally on one prefix. A crawler leases and reports through each
+replica's API; both consoles then show the same leases per proxy, cooldowns,
+bans in the last day and rate-limited and banned shares per site.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+
+from egress_proxies.clock import SystemClock
+from egress_proxies.console import RedisTally
+from egress_proxies.leases import RedisLeaseStore
+from harness.console import ConsoleSite, proxy_body, served_console
+from harness.redis import RedisServer
+from tests.integration.console.conftest import Tokens
+
+SITE = "shop.example"
+
+
+@pytest.fixture
+def replicas(
+    redis_server: RedisServer, redis_prefix: str, tokens: Tokens
+) -> Iterator[tuple[ConsoleSite, ConsoleSite]]:
+    users = tokens.users()
+    with ExitStack() as stack:
+        sites = [
+            stack.enter_context(
+                served_console(
+                    lambda: users,
+                    frozenset({tokens.crawler}),
+                    store=RedisLeaseStore(redis_server.url, prefix=redis_prefix, timeout=2.0),
+                    tally=RedisTally(
+                        redis_server.url, prefix=redis_prefix, timeout=2.0, clock=SystemClock()
+                    ),
+                )
+            )
+            for _ in range(2)
+        ]
+        for site in sites:  # both replicas watch the same fleet
+            site.put(proxy_body("a", max_leases=3, latency_millis=5))
+            site.put(proxy_body("b", latency_millis=50))
+        yield sites[0], sites[1]
+
+
+def shown(site: ConsoleSite, tokens: Tokens) -> dict[str, Any]:
+    """The numbers a replica's console shows: per proxy, per site, the cooling pairs."""
+    headers = {"Authorization": f"Bearer {tokens.viewer}"}
+    with httpx.Client(base_url=f"{site.console}/console/api/v1", headers=headers) as api:
+        fleet, sites, cooling = (
+            api.get(path).json() for path in ("/fleet", "/sites", "/cooldowns")
+        )
+    return {
+        "proxies": {
+            p["key"]: (p["leases"], p["cooldowns"], p["bansLastDay"]) for p in fleet["proxies"]
+        },
+        "sites": {
+            s["target"]: (s["reports"], s["rateLimitedShare"], s["bannedShare"])
+            for s in sites["sites"]
+        },
+        "cooling": sorted((c["proxy"], c["target"], c["kind"]) for c in cooling["cooldowns"]),
+    }
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_both_replicas_consoles_show_the_fleets_numbers(
+    replicas: tuple[ConsoleSite, ConsoleSite], tokens: Tokens
+) -> None:
+    first, second = replicas
+    auth = {"Authorization": f"Bearer {tokens.crawler}"}
+    with (
+        httpx.Client(base_url=first.discovery, headers=auth) as via_first,
+        httpx.Client(base_url=second.discovery, headers=auth) as via_second,
+    ):
+        held = via_first.post("/v1/leases", json={"ttlSeconds": 120, "target": SITE}).json()
+        assert held["proxy"]["name"] == "a"
+        lease = f"/v1/leases/{held['leaseId']}/report"
+        assert via_first.post(lease, json={"result": "ok", "count": 8}).status_code == 200
+        assert via_first.post(lease, json={"result": "rate_limited"}).status_code == 200
+        banned = via_second.post("/v1/leases", json={"ttlSeconds": 120, "target": SITE}).json()
+        assert banned["proxy"]["name"] == "b"
+        report = f"/v1/leases/{banned['leaseId']}/report"
+        assert via_second.post(report, json={"result": "banned"}).status_code == 200
+        via_second.delete(f"/v1/leases/{banned['leaseId']}")
+
+    expected = {
+        "proxies": {"crawl/a": (1, 1, 0), "crawl/b": (0, 1, 1)},
+        "sites": {SITE: ({"ok": 8, "rateLimited": 1, "banned": 1}, 0.1, 0.1)},
+        "cooling": [("crawl/a", SITE, "rate_limited"), ("crawl/b", SITE, "banned")],
+    }
+    wait_for(lambda: shown(first, tokens) == expected and shown(second, tokens) == expected)
