@@ -16,9 +16,9 @@ from egress_proxies.console.access import ConsoleAuth, ConsoleUser
 from egress_proxies.console.actions import ConsoleActions, forbidden
 from egress_proxies.console.eventlog import EventLog
 from egress_proxies.console.history import History
-from egress_proxies.console.leasebook import LeaseBook
+from egress_proxies.console.leasebook import LeaseBook, LeaseFacts
 from egress_proxies.console.pools import PoolBook
-from egress_proxies.console.tally import RedisTally, TroubleCounts
+from egress_proxies.console.tally import RedisTally
 from egress_proxies.console.views import (
     cooldowns_view,
     fleet_view,
@@ -101,8 +101,8 @@ class ConsoleHandlers:
         tally: RedisTally | None = None,
     ) -> None:
         self._auth = auth
-        self._tally = tally
-        self._counts: TroubleCounts = tally if tally is not None else book
+        # What the views show: every replica's notes where they are shared, else this one's.
+        self._shown: LeaseFacts = tally if tally is not None else book
         self._fleet = fleet
         self._store = store
         self._book = book
@@ -150,13 +150,13 @@ class ConsoleHandlers:
         cooling = await self._store.cooldowns()
         now = self._clock.time()
         return _json(
-            fleet_view(self._proxy_facts(), counts, cooling, self._counts, self._history, now)
+            fleet_view(self._proxy_facts(), counts, cooling, self._shown, self._history, now)
         )
 
     async def sites(self, request: web.Request, _: ConsoleUser) -> web.Response:
         """GET /console/api/v1/sites: every target and the pace the fleet learned for it."""
         reject_query(request)
-        return _json(sites_view(self._book, self._counts, self._clock.time(), self._reported()))
+        return _json(sites_view(self._shown, self._clock.time()))
 
     async def site(self, request: web.Request, _: ConsoleUser) -> web.Response:
         """GET /console/api/v1/sites/{target}: one target and its pace over the last hour."""
@@ -164,8 +164,7 @@ class ConsoleHandlers:
         target = request.match_info["target"]
         if len(target) > MAX_TARGET_LENGTH:
             raise DiscoveryApiError(400, "invalid_target", "targets are at most 2048 characters")
-        now = self._clock.time()
-        view = site_view(target, self._book, self._counts, self._history, now, self._reported())
+        view = site_view(target, self._shown, self._history, self._clock.time())
         if view is None:
             raise DiscoveryApiError(404, "unknown_target", "no report or lease for this target")
         return _json(view)
@@ -188,7 +187,7 @@ class ConsoleHandlers:
     async def leases(self, request: web.Request, _: ConsoleUser) -> web.Response:
         """GET /console/api/v1/leases: the live leases this process granted."""
         reject_query(request)
-        return _json(leases_view(self._book, self._clock.time()))
+        return _json(leases_view(self._shown, self._clock.time()))
 
     async def cordon(self, request: web.Request, user: ConsoleUser) -> web.Response:
         """POST /console/api/v1/proxies/{namespace}/{name}/cordon: {"cordoned": bool}."""
@@ -223,10 +222,6 @@ class ConsoleHandlers:
         return _json(
             {"namespace": namespace, "name": name, "target": wanted.target, "cleared": cleared}
         )
-
-    def _reported(self) -> list[str]:
-        """The sites the fleet reported on (with a shared tally), beyond those seen here."""
-        return self._tally.sites() if self._tally is not None else []
 
     def _proxy_facts(self) -> list[dict[str, Any]]:
         version = self._fleet.version

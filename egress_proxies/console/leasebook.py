@@ -16,7 +16,9 @@ Everything here is bounded: leases by `MAX_LEASES`, targets by `MAX_TARGETS`
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock
@@ -71,6 +73,23 @@ class TargetBook:
             if now - start <= REPORT_WINDOW:
                 ok, limited, banned = ok + counts[0], limited + counts[1], banned + counts[2]
         return int(ok), int(limited), int(banned)
+
+
+class LeaseFacts(Protocol):
+    """What the views read of leases: this process's LeaseBook, or every replica's
+    (tally.py's RedisTally)."""
+
+    def leases(self) -> list[LiveLease]:
+        """The live leases, oldest first."""
+        ...
+
+    def targets(self) -> Mapping[str, TargetBook]:
+        """Every target seen, by name."""
+        ...
+
+    def bans_last_day(self, key: ProxyKey) -> int:
+        """How often the proxy was reported banned in the last 24 hours."""
+        ...
 
 
 class LeaseBook:
@@ -160,11 +179,6 @@ class LeaseBook:
     def targets(self) -> dict[str, TargetBook]:
         """Every target seen, by name."""
         return self._targets
-
-    def site_reports(self, target: str, now: float) -> tuple[int, int, int]:
-        """Reports for `target` over the last hour: ok (requests counted), rate limited, banned."""
-        book = self._targets.get(target)
-        return (0, 0, 0) if book is None else book.report_counts(now)
 
     def bans_last_day(self, key: ProxyKey) -> int:
         """How often the proxy was reported banned in the last 24 hours."""

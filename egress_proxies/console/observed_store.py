@@ -49,6 +49,8 @@ class ObservedLeaseStore:
         outcome = await self._store.acquire(pool, target, ttl_seconds, held)
         if isinstance(outcome, Lease):
             self._book.granted(outcome, requester())
+            if self._tally is not None:
+                self._tally.granted(outcome, requester())
         return outcome
 
     async def renew(
@@ -60,12 +62,19 @@ class ObservedLeaseStore:
             self._book.released(lease_id)
         else:
             self._book.granted(lease)
+        if self._tally is not None:
+            if lease is None:
+                self._tally.released(lease_id)
+            else:
+                self._tally.granted(lease)
         return lease
 
     async def release(self, lease_id: LeaseId) -> None:
         """End the lease in the store, then in the book."""
         await self._store.release(lease_id)
         self._book.released(lease_id)
+        if self._tally is not None:
+            self._tally.released(lease_id)
 
     async def report(
         self,
@@ -84,13 +93,15 @@ class ObservedLeaseStore:
         if outcome is not None:
             self._book.reported(outcome, result, count)
             if self._tally is not None:
-                self._tally.reported(outcome.lease.proxy.key, outcome.target, result, count)
+                self._tally.reported(outcome, result, count)
         return outcome
 
     async def forget_proxy(self, key: ProxyKey) -> None:
         """Forget the proxy in the store, then in the book."""
         await self._store.forget_proxy(key)
         self._book.forgot(key)
+        if self._tally is not None:
+            self._tally.forgot(key)
 
     async def cooldowns(self) -> list[Cooling]:
         """The store's cooling pairs."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from egress_proxies.catalog import ProxyCatalog
 from egress_proxies.clock import Clock
 from egress_proxies.console.history import History, SeriesKey
-from egress_proxies.console.leasebook import LeaseBook
+from egress_proxies.console.leasebook import LeaseFacts
 from egress_proxies.leases import is_offerable
 
 LATENCY, PACE, FLEET = "latency", "pace", "fleet"
@@ -13,10 +13,11 @@ OFFERABLE, LEASES = "offerable", "leases"
 
 
 class Sampler:
-    """Takes one sample of the fleet and the lease book into a History per interval."""
+    """Takes one sample of the fleet and the lease facts (this process's or the fleet's) into a
+    History per interval."""
 
     def __init__(
-        self, catalog: ProxyCatalog, book: LeaseBook, history: History, clock: Clock
+        self, catalog: ProxyCatalog, book: LeaseFacts, history: History, clock: Clock
     ) -> None:
         self._catalog = catalog
         self._book = book

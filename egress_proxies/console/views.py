@@ -13,10 +13,9 @@ from typing import Any
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.console.eventlog import EventLog
 from egress_proxies.console.history import History
-from egress_proxies.console.leasebook import PACE_FRESH, LeaseBook, TargetBook
+from egress_proxies.console.leasebook import PACE_FRESH, LeaseFacts, TargetBook
 from egress_proxies.console.pools import PoolView
 from egress_proxies.console.sampler import LATENCY, PACE
-from egress_proxies.console.tally import TroubleCounts
 from egress_proxies.leases import Cooling
 from egress_proxies.model import HEALTHY, READY
 from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
@@ -68,7 +67,7 @@ def fleet_view(
     facts: Iterable[JsonObject],
     leases: Mapping[ProxyKey, int],
     cooldowns: Iterable[Cooling],
-    counts: TroubleCounts,
+    book: LeaseFacts,
     history: History,
     now: float,
 ) -> JsonObject:
@@ -81,7 +80,7 @@ def fleet_view(
         | {
             "leases": leases.get(row["key"], 0),
             "cooldowns": cooling.get(row["key"], 0),
-            "bansLastDay": counts.bans_last_day(row["key"]),
+            "bansLastDay": book.bans_last_day(row["key"]),
             "latencyHistory": history.series((LATENCY, row["key"]), SPARKLINE_POINTS),
         }
         for row in sorted(facts, key=lambda row: str(row["key"]))
@@ -89,8 +88,8 @@ def fleet_view(
     return {"now": now, "proxies": rows, "count": len(rows)}
 
 
-def _site_summary(target: str, book: TargetBook, counts: TroubleCounts, now: float) -> JsonObject:
-    ok, limited, banned = counts.site_reports(target, now)
+def _site_summary(target: str, book: TargetBook, now: float) -> JsonObject:
+    ok, limited, banned = book.report_counts(now)
     reports = ok + limited + banned
     return {
         "target": target,
@@ -104,43 +103,29 @@ def _site_summary(target: str, book: TargetBook, counts: TroubleCounts, now: flo
     }
 
 
-def sites_view(
-    book: LeaseBook, counts: TroubleCounts, now: float, reported: Iterable[str] = ()
-) -> JsonObject:
-    """Every target seen (here, or `reported` by the fleet), its pace and its trouble."""
+def sites_view(book: LeaseFacts, now: float) -> JsonObject:
+    """Every target seen, with the pace the fleet learned for it and its trouble."""
     leases_by_target: dict[str, int] = {}
     for lease in book.leases():
         if lease.target is not None:
             leases_by_target[lease.target] = leases_by_target.get(lease.target, 0) + 1
-    books = book.targets()
     sites = [
-        _site_summary(target, books.get(target) or TargetBook(), counts, now)
-        | {"leases": leases_by_target.get(target, 0)}
-        for target in sorted(books.keys() | set(reported))
+        _site_summary(target, target_book, now) | {"leases": leases_by_target.get(target, 0)}
+        for target, target_book in sorted(book.targets().items())
     ]
     return {"now": now, "sites": sites, "count": len(sites)}
 
 
-def site_view(
-    target: str,
-    book: LeaseBook,
-    counts: TroubleCounts,
-    history: History,
-    now: float,
-    reported: Iterable[str] = (),
-) -> JsonObject | None:
-    """One target (seen here or `reported` by the fleet): the summary, each proxy's pace,
-    and the pace over the last hour."""
+def site_view(target: str, book: LeaseFacts, history: History, now: float) -> JsonObject | None:
+    """One target: the summary, each proxy's pace, and the pace over the last hour."""
     target_book = book.targets().get(target)
     if target_book is None:
-        if target not in reported:
-            return None
-        target_book = TargetBook()
+        return None
     paces = [
         {"proxy": key, "pace": round(rate, 3), "seenAt": seen}
         for key, (rate, seen) in sorted(target_book.paces.items())
     ]
-    return _site_summary(target, target_book, counts, now) | {
+    return _site_summary(target, target_book, now) | {
         "now": now,
         "paces": paces,
         "paceHistory": {
@@ -194,7 +179,7 @@ def pools_view(pools: Sequence[PoolView], events: EventLog, now: float) -> JsonO
     return {"now": now, "pools": rows, "count": len(rows)}
 
 
-def leases_view(book: LeaseBook, now: float) -> JsonObject:
+def leases_view(book: LeaseFacts, now: float) -> JsonObject:
     """The live leases: the holder's token name, proxy, target, age and time left."""
     rows = [
         {

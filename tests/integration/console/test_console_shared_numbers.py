@@ -3,7 +3,8 @@
 Each replica serves its own discovery API and console over a RedisLeaseStore
 and a RedisTally on one prefix. A crawler leases and reports through each
 replica's API; both consoles then show the same leases per proxy, cooldowns,
-bans in the last day and rate-limited and banned shares per site.
+bans in the last day, rate-limited and banned shares, fleet pace and leases per
+site, and the live leases with their token's name.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from egress_proxies.console import RedisTally
 from egress_proxies.leases import RedisLeaseStore
 from harness.console import ConsoleSite, proxy_body, served_console
 from harness.redis import RedisServer
-from tests.integration.console.conftest import Tokens
+from tests.integration.console.conftest import CRAWLER, Tokens
 
 SITE = "shop.example"
 
@@ -37,6 +38,7 @@ def replicas(
                 served_console(
                     lambda: users,
                     frozenset({tokens.crawler}),
+                    crawler_names={tokens.crawler: CRAWLER},
                     store=RedisLeaseStore(redis_server.url, prefix=redis_prefix, timeout=2.0),
                     tally=RedisTally(
                         redis_server.url, prefix=redis_prefix, timeout=2.0, clock=SystemClock()
@@ -55,17 +57,27 @@ def shown(site: ConsoleSite, tokens: Tokens) -> dict[str, Any]:
     """The numbers a replica's console shows: per proxy, per site, the cooling pairs."""
     headers = {"Authorization": f"Bearer {tokens.viewer}"}
     with httpx.Client(base_url=f"{site.console}/console/api/v1", headers=headers) as api:
-        fleet, sites, cooling = (
-            api.get(path).json() for path in ("/fleet", "/sites", "/cooldowns")
+        fleet, sites, cooling, leases = (
+            api.get(path).json() for path in ("/fleet", "/sites", "/cooldowns", "/leases")
         )
     return {
         "proxies": {
             p["key"]: (p["leases"], p["cooldowns"], p["bansLastDay"]) for p in fleet["proxies"]
         },
         "sites": {
-            s["target"]: (s["reports"], s["rateLimitedShare"], s["bannedShare"])
+            s["target"]: (
+                s["reports"],
+                s["rateLimitedShare"],
+                s["bannedShare"],
+                s["fleetPace"],
+                s["leases"],
+                s["proxies"],
+            )
             for s in sites["sites"]
         },
+        "leases": [
+            (lease["holder"], lease["proxy"], lease["target"]) for lease in leases["leases"]
+        ],
         "cooling": sorted((c["proxy"], c["target"], c["kind"]) for c in cooling["cooldowns"]),
     }
 
@@ -97,9 +109,15 @@ def test_both_replicas_consoles_show_the_fleets_numbers(
         assert via_second.post(report, json={"result": "banned"}).status_code == 200
         via_second.delete(f"/v1/leases/{banned['leaseId']}")
 
-    expected = {
-        "proxies": {"crawl/a": (1, 1, 0), "crawl/b": (0, 1, 1)},
-        "sites": {SITE: ({"ok": 8, "rateLimited": 1, "banned": 1}, 0.1, 0.1)},
-        "cooling": [("crawl/a", SITE, "rate_limited"), ("crawl/b", SITE, "banned")],
-    }
-    wait_for(lambda: shown(first, tokens) == expected and shown(second, tokens) == expected)
+    def agree() -> bool:
+        first_shows, second_shows = shown(first, tokens), shown(second, tokens)
+        pace = first_shows["sites"].get(SITE, (None,) * 4)[3]  # the fleet's, whatever it is
+        expected = {
+            "proxies": {"crawl/a": (1, 1, 0), "crawl/b": (0, 1, 1)},
+            "sites": {SITE: ({"ok": 8, "rateLimited": 1, "banned": 1}, 0.1, 0.1, pace, 1, 2)},
+            "cooling": [("crawl/a", SITE, "rate_limited"), ("crawl/b", SITE, "banned")],
+            "leases": [(CRAWLER, "crawl/a", SITE)],
+        }
+        return bool(pace) and first_shows == expected == second_shows
+
+    wait_for(agree)

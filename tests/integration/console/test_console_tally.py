@@ -1,14 +1,17 @@
-"""The fleet's report and ban counts in Redis (console/tally.py), on a real redis-server.
+"""The console's book shared in Redis (console/tally.py), on a real redis-server.
 
-Two tallies over one prefix stand for two discovery replicas: each counts the
-reports its own API accepted, and both read the same sums. Keys carry TTLs
-(relative, so Redis's clock need not agree with ours); a Redis that does not
-answer keeps the counts buffered until it does.
+Two replicas, each its own RedisLeaseStore observed into its own LeaseBook and
+RedisTally over one prefix: each notes what its own API was asked, and both
+read one merged book. Keys carry relative TTLs; ended leases and old targets
+leave as they are read; a Redis that does not answer keeps the writes for
+later; a new process (a restart) reads the same book.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import pytest
 from redis.asyncio import Redis
@@ -16,15 +19,45 @@ from redis.asyncio import Redis
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import ManualClock
 from egress_proxies.console import RedisTally
-from egress_proxies.console.tally import REPORT_WINDOW
-from egress_proxies.leases import ReportResult
+from egress_proxies.console.leasebook import REPORT_WINDOW, LeaseBook
+from egress_proxies.console.observed_store import ObservedLeaseStore
+from egress_proxies.discovery.requester import serving
+from egress_proxies.leases import CandidatePool, Lease, RedisLeaseStore, ReportResult
 from harness.redis import RedisServer
-from tests.integration.discovery_helpers import virtual_clock
+from tests.integration.discovery_helpers import record, virtual_clock
 
-A, B = ProxyKey("crawl/a"), ProxyKey("crawl/b")
 SITE = "shop.example"
+A, B = record("a", max_leases=3), record("b")
+RECORDS = {A.key: A, B.key: B}.get
 
-MakeTally = Callable[..., RedisTally]
+
+@dataclass
+class Replica:
+    """One process's view: its observed store, its own book and the shared tally."""
+
+    store: ObservedLeaseStore
+    tally: RedisTally
+
+    async def lease(self, proxy: str, holder: str) -> Lease:
+        async def as_holder() -> Lease:
+            serving(holder)
+            outcome = await self.store.acquire(
+                CandidatePool.of([A if proxy == "a" else B]), SITE, 120
+            )
+            assert isinstance(outcome, Lease), outcome
+            return outcome
+
+        return await asyncio.create_task(as_holder())
+
+    async def report(self, lease: Lease, result: ReportResult, count: int = 1) -> None:
+        assert await self.store.report(lease.lease_id, result, None, None, RECORDS, count)
+
+    async def sync(self) -> None:
+        await self.tally.flush()
+        await self.tally.refresh()
+
+
+MakeReplica = Callable[..., Replica]
 
 
 @pytest.fixture
@@ -33,82 +66,144 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def make_tally(
+async def make_replica(
     redis_server: RedisServer, redis_prefix: str, clock: ManualClock
-) -> AsyncIterator[MakeTally]:
-    made: list[RedisTally] = []
+) -> AsyncIterator[MakeReplica]:
+    made: list[Replica] = []
 
-    def make(url: str = redis_server.url) -> RedisTally:
+    def make(url: str = redis_server.url) -> Replica:
+        store = RedisLeaseStore(redis_server.url, prefix=redis_prefix, timeout=1.0, clock=clock)
         tally = RedisTally(url, prefix=redis_prefix, timeout=1.0, clock=clock)
-        made.append(tally)
-        return tally
+        replica = Replica(ObservedLeaseStore(store, LeaseBook(clock), tally), tally)
+        made.append(replica)
+        return replica
 
     yield make
-    for tally in made:
-        await tally.close()
+    for replica in made:
+        await replica.store.close()
+        await replica.tally.close()
 
 
-async def test_two_replicas_tallies_read_the_same_sums(make_tally: MakeTally) -> None:
-    first, second = make_tally(), make_tally()
-    first.reported(A, SITE, ReportResult.OK, 8)
-    first.reported(A, SITE, ReportResult.RATE_LIMITED, 1)
-    second.reported(B, SITE, ReportResult.BANNED, 1)
-    second.reported(B, None, ReportResult.BANNED, 1)  # no site: a ban, no site's report
-    assert first.site_reports(SITE, 0) == (0, 0, 0)  # nothing flushed and read yet
+async def test_two_replicas_read_one_book(make_replica: MakeReplica, clock: ManualClock) -> None:
+    first, second = make_replica(), make_replica()
+    held = await first.lease("a", "crawler-a")
+    await first.report(held, ReportResult.OK, 8)
+    await first.report(held, ReportResult.RATE_LIMITED)
+    banned = await second.lease("b", "crawler-b")
+    await second.report(banned, ReportResult.BANNED)
+    await second.store.release(banned.lease_id)
+    for replica in (first, second):
+        await replica.tally.flush()
+    for replica in (first, second):
+        await replica.tally.refresh()
 
-    for tally in (first, second):
-        await tally.flush()
-    for tally in (first, second):
-        await tally.refresh()
+    now = clock.time()
+    for replica in (first, second):
+        tally = replica.tally
+        [lease] = tally.leases()
+        assert (lease.holder, lease.proxy, lease.target) == ("crawler-a", A.key, SITE)
+        assert lease.lease_id == held.lease_id[:6]
+        site = tally.targets()[SITE]
+        assert site.report_counts(now) == (8, 1, 1)
+        assert set(site.paces) == {A.key, B.key} and site.fleet_pace(now) > 0
+        assert site.lowered_at == now and list(site.rate_limits) == [now]
+        assert (tally.bans_last_day(A.key), tally.bans_last_day(B.key)) == (0, 1)
 
-    for tally in (first, second):
-        assert tally.site_reports(SITE, 0) == (8, 1, 1)
-        assert (tally.bans_last_day(A), tally.bans_last_day(B)) == (0, 2)
-        assert tally.sites() == [SITE]
 
-
-async def test_reports_leave_after_an_hour_and_bans_after_a_day(
-    make_tally: MakeTally, clock: ManualClock
+async def test_a_renewal_keeps_the_holder_and_moves_the_end(
+    make_replica: MakeReplica, clock: ManualClock
 ) -> None:
-    tally = make_tally()
-    tally.reported(A, SITE, ReportResult.BANNED, 1)
-    await tally.flush()
+    first, second = make_replica(), make_replica()
+    held = await first.lease("a", "crawler-a")
+    await first.tally.flush()
+    clock.advance(100)
+    assert await second.store.renew(held.lease_id, 120, RECORDS) is not None  # another replica
+    await second.sync()
+    [lease] = second.tally.leases()
+    assert (lease.holder, lease.granted_at) == ("crawler-a", clock.time() - 100)
+    assert lease.expires_at == clock.time() + 120
+
+
+async def test_leases_reports_and_bans_leave_with_their_windows(
+    make_replica: MakeReplica, clock: ManualClock, redis_server: RedisServer, redis_prefix: str
+) -> None:
+    replica = make_replica()
+    held = await replica.lease("a", "crawler-a")
+    await replica.report(held, ReportResult.BANNED)
+    await replica.sync()
+    assert replica.tally.leases() != []
+
     clock.advance(REPORT_WINDOW + 60)
-    await tally.refresh()
-    assert (tally.site_reports(SITE, clock.time()), tally.sites()) == ((0, 0, 0), [])
-    assert tally.bans_last_day(A) == 1
+    await replica.sync()  # the ended lease and the quiet site are deleted as read
+    await replica.sync()
+    assert (replica.tally.leases(), replica.tally.targets()) == ([], {})
+    assert replica.tally.bans_last_day(A.key) == 1
     clock.advance(24 * 3600)
-    await tally.refresh()
-    assert tally.bans_last_day(A) == 0
+    await replica.sync()
+    assert replica.tally.bans_last_day(A.key) == 0
+    async with Redis.from_url(redis_server.url, decode_responses=True) as redis:
+        base = f"{{{redis_prefix}}}:console:"
+        assert await redis.hlen(base + "leases") == 0
+        assert await redis.hlen(base + "targets") == 0
 
 
-async def test_every_key_expires_within_its_window(
-    make_tally: MakeTally, redis_server: RedisServer, redis_prefix: str
+async def test_every_counted_key_expires_within_its_window(
+    make_replica: MakeReplica, redis_server: RedisServer, redis_prefix: str
 ) -> None:
-    tally = make_tally()
-    tally.reported(A, SITE, ReportResult.BANNED, 1)
-    await tally.flush()
+    replica = make_replica()
+    held = await replica.lease("a", "crawler-a")
+    await replica.report(held, ReportResult.RATE_LIMITED)
+    await replica.report(held, ReportResult.BANNED)
+    await replica.sync()
     async with Redis.from_url(redis_server.url, decode_responses=True) as redis:
         keys = [key async for key in redis.scan_iter(f"{{{redis_prefix}}}:console:*")]
-        assert len(keys) == 2
-        for key in keys:
+        windowed = [key for key in keys if not key.endswith((":leases", ":targets"))]
+        assert {key.split(":console:")[1].split(":")[0] for key in windowed} == {
+            "reports",
+            "bans",
+            "paces",
+            "marks",
+        }
+        for key in windowed:
             ttl = await redis.ttl(key)
-            limit = REPORT_WINDOW + 120 if ":reports:" in key else 25 * 3600
-            assert 0 < ttl <= limit, (key, ttl)
+            assert 0 < ttl <= 25 * 3600, (key, ttl)
+            if ":bans:" not in key:
+                assert ttl <= REPORT_WINDOW + 120, (key, ttl)
 
 
-async def test_a_redis_that_does_not_answer_keeps_the_counts_for_later(
-    make_tally: MakeTally, own_redis: RedisServer
+async def test_a_gone_proxy_leaves_the_shared_book(make_replica: MakeReplica) -> None:
+    first, second = make_replica(), make_replica()
+    await first.lease("a", "crawler-a")
+    await first.sync()
+    await second.store.forget_proxy(ProxyKey(A.key))
+    await second.sync()
+    await first.sync()
+    assert first.tally.leases() == [] and A.key not in first.tally.targets()[SITE].paces
+
+
+async def test_a_restarted_process_reads_the_same_book(make_replica: MakeReplica) -> None:
+    before = make_replica()
+    held = await before.lease("a", "crawler-a")
+    await before.report(held, ReportResult.BANNED)
+    await before.tally.flush()
+
+    after = make_replica()  # a new process over the same Redis
+    await after.tally.refresh()
+
+    [lease] = after.tally.leases()
+    assert lease.holder == "crawler-a" and after.tally.bans_last_day(A.key) == 1
+
+
+async def test_a_redis_that_does_not_answer_keeps_the_writes_for_later(
+    make_replica: MakeReplica, own_redis: RedisServer
 ) -> None:
-    tally = make_tally(own_redis.url)
-    tally.reported(A, SITE, ReportResult.RATE_LIMITED, 1)
-    await tally.flush()
-    await tally.refresh()
-    assert tally.site_reports(SITE, 0) == (0, 1, 0)
+    replica = make_replica(own_redis.url)  # the tally on a Redis of its own
+    held = await replica.lease("a", "crawler-a")
+    await replica.sync()
+    assert len(replica.tally.leases()) == 1
     own_redis.close()
 
-    tally.reported(A, SITE, ReportResult.RATE_LIMITED, 1)
-    await tally.flush()  # refused: kept
-    await tally.refresh()  # refused: the last sums stay
-    assert tally.site_reports(SITE, 0) == (0, 1, 0)
-    assert "pending: 1" in repr(tally)
+    await replica.report(held, ReportResult.RATE_LIMITED)
+    await replica.sync()  # refused: the writes wait, the last book stays
+    assert len(replica.tally.leases()) == 1
+    assert "pending: 0" not in repr(replica.tally)

@@ -46,7 +46,7 @@ def test_fleet_rows_are_sorted_and_carry_load_trouble_and_history() -> None:
 def test_an_unseen_site_has_no_view_and_no_cooldown_is_listed() -> None:
     clock = ManualClock()
     book = LeaseBook(clock)
-    assert site_view("never.example", book, book, History(), clock.time()) is None
+    assert site_view("never.example", book, History(), clock.time()) is None
     assert cooldowns_view([], clock.time()) == {"now": clock.time(), "cooldowns": [], "count": 0}
 
 
