@@ -47,7 +47,9 @@ def main(out: Path) -> None:
     actor, crawler = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     users = users_from_secret_data({"alice.act": base64.b64encode(actor.encode()).decode()})
     history = History(interval=1.0, span=60.0)
-    with served_console(lambda: users, frozenset({crawler}), history=history) as site:
+    with served_console(
+        lambda: users, frozenset({crawler}), history=history, crawler_names={crawler: "team-shop"}
+    ) as site:
         stock(site, proxies=24)
         with crawling(site, crawler), chromium() as browser:
             browser.set_window_size(1440, 900)
