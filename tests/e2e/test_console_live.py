@@ -88,12 +88,14 @@ async def lease(operator: OperatorProcess) -> tuple[int, dict[str, Any]]:
         return response.status, await response.json()
 
 
-async def console_events(kube: KubeClient, namespace: str, name: str) -> list[str]:
+async def console_events(
+    kube: KubeClient, namespace: str, name: str, reasons: tuple[str, ...] = ("Cordoned",)
+) -> list[str]:
     events = await kube.list(EVENTS.path(namespace))
     return [
         f"{event['reason']}: {event.get('message', '')}"
         for event in events["items"]
-        if event["involvedObject"]["name"] == name and event["reason"] in ("Cordoned", "Uncordoned")
+        if event["involvedObject"]["name"] == name and event["reason"] in reasons
     ]
 
 
@@ -149,6 +151,46 @@ async def _cordon_and_uncordon(
 
     await asyncio.to_thread(click, browser, key, "uncordon")
     await waiting(browser, lambda b: cell(b, key, "cordoned") == "no")
+    _, granted = await wait_for(lambda: _granted(operator), timeout=30)
+    assert granted["proxy"]["name"] == "live"
+    await _clear_a_ban(kube, namespace, operator, browser, key, granted["leaseId"])
+
+
+async def _clear_a_ban(
+    kube: KubeClient,
+    namespace: str,
+    operator: OperatorProcess,
+    browser: Chrome,
+    key: str,
+    lease_id: str,
+) -> None:
+    """A ban without a target cools the proxy for every site; clearing it from the page
+    writes the store, posts the Event naming the user, and the lease API grants it again."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{operator.discovery_url}/v1/leases/{lease_id}/report",
+            json={"result": "banned"},
+            headers={"Authorization": f"Bearer {operator.discovery_token}"},
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+    await _release(operator, lease_id)
+    refused, answer = await lease(operator)
+    assert (refused, answer["error"]) == (409, "no_match")
+    browser.get(browser.current_url.split("#")[0] + "#/cooldowns")
+    pair = f"{key} "  # no site: the proxy's cooldown for every site
+    await waiting(browser, lambda b: cell(b, pair, "kind") == "banned")
+    await asyncio.to_thread(click, browser, pair, "clear-cooldown")
+    await waiting(
+        browser, lambda b: b.find_elements(By.CSS_SELECTOR, f'tr[data-key="{pair}"]') == []
+    )
+    assert await wait_for(
+        lambda: console_events(kube, namespace, "live", ("CooldownCleared",)), timeout=30
+    ) == [
+        "CooldownCleared: cooldown for every site cleared from the console by alice: "
+        "leased again at once"
+    ]
     _, granted = await wait_for(lambda: _granted(operator), timeout=30)
     assert granted["proxy"]["name"] == "live"
 
