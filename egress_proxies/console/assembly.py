@@ -9,8 +9,8 @@ console sees its grants and reports. Where the process watches pools (the
 operator), `register_pool_book(registry, console.pools)` and `console.events`
 in place of the event sink fill the Pools view; with a client and an event
 sink the console can act. With the Redis lease store, a `RedisTally` over the
-same Redis makes every replica's console show the fleet's report shares and
-bans (tally.py).
+same Redis (`open_tally`) shares every replica's notes, so every console (and
+its history) shows the same numbers (tally.py).
 """
 
 from __future__ import annotations
