@@ -8,17 +8,18 @@ book from it (`leases()`, `targets()`, `bans_last_day()`: the LeaseFacts the
 views take), so all show the same numbers, and the history each samples from
 it agrees too.
 
-    {prefix}:console:leases          hash  lease digest -> proxy, target, holder, granted,
-                                           expires, the id's first six characters
+    {prefix}:console:leases          hash  lease digest -> [proxy, target, holder, granted,
+                                           the id's first six characters] (JSON)
+    {prefix}:console:lease-ends      hash  lease digest -> when it ends (a renewal moves it)
     {prefix}:console:targets         hash  target -> "lowered_at waiting_held seen_at"
     {prefix}:console:paces:<target>  hash  proxy -> "rate seen_at"  (expires after an hour)
     {prefix}:console:marks:<target>  zset  rate limits reported     (expires after an hour)
     {prefix}:console:reports:<minute>  hash  "<target>\\n<ok|rate_limited|banned>" -> count
     {prefix}:console:bans:<hour>       hash  proxy key -> bans reported that hour
 
-Every key but the two hashes expires once it is out of its window (TTLs are
+Every key but the three hashes expires once it is out of its window (TTLs are
 relative: Redis's clock need not agree with ours); ended leases and targets
-unseen for an hour are deleted from the two hashes as they are read, and both
+unseen for an hour are deleted from those hashes as they are read, and both
 are bounded like the book (MAX_LEASES, MAX_TARGETS). Lease ids are kept as
 digests (the view shows the first six characters only). Writes stay off the
 lease API's path: each note goes to a local buffer (at most MAX_PENDING
@@ -30,6 +31,7 @@ Redis does not answer, the writes wait and the last book stays shown.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from typing import Any
@@ -94,25 +96,16 @@ class RedisTally:
         """A lease was granted or renewed (a renewal keeps the first holder and grant time)."""
         now = self._clock.time()
         digest = _digest(lease.lease_id)
-        value = "\t".join(
-            (
-                lease.proxy.key,
-                lease.target or "",
-                holder or "",
-                repr(now),
-                repr(lease.expires_at),
-                lease.lease_id[:6],
-            )
-        )
-        self._write("hsetnx", self._key("leases"), digest, value)
-        self._write("eval", _RENEW, 1, self._key("leases"), digest, repr(lease.expires_at))
+        facts = [lease.proxy.key, lease.target, holder, now, lease.lease_id[:6]]
+        self._write("hsetnx", self._key("leases"), digest, json.dumps(facts))
+        self._write("hset", self._key("lease-ends"), digest, repr(lease.expires_at))
         if lease.target is not None and lease.pace is not None:
             self._pace(lease.proxy.key, lease.target, lease.pace.rate, now)
             self._target(lease.target, None, lease.pace.waiting_held, now)
 
     def released(self, lease_id: LeaseId) -> None:
         """A lease ended on request."""
-        self._write("hdel", self._key("leases"), _digest(lease_id))
+        self._forget_lease(_digest(lease_id))
 
     def reported(self, outcome: ReportOutcome, result: ReportResult, count: int) -> None:
         """An accepted report: counted, and the pace after it kept."""
@@ -193,6 +186,7 @@ class RedisTally:
         ]
         pipe = self._redis.pipeline(transaction=False)
         pipe.hgetall(self._key("leases"))
+        pipe.hgetall(self._key("lease-ends"))
         pipe.hgetall(self._key("targets"))
         for m in minutes:
             pipe.hgetall(self._key(f"reports:{m}"))
@@ -201,13 +195,15 @@ class RedisTally:
         replies = await self._run(pipe)
         if replies is None:
             return
-        leases, targets = self._read_leases(replies[0], now), self._read_targets(replies[1], now)
+        leases = self._read_leases(replies[0], replies[1], now)
+        targets = self._read_targets(replies[2], now)
+        replies = replies[3:]
         if not await self._read_paces(targets):
             return
-        for m, reply in zip(minutes, replies[2 : 2 + len(minutes)], strict=True):
+        for m, reply in zip(minutes, replies[: len(minutes)], strict=True):
             _count_minute(targets, m * MINUTE, reply)
         bans: dict[str, int] = {}
-        for reply in replies[2 + len(minutes) :]:
+        for reply in replies[len(minutes) :]:
             for key, count in reply.items():
                 bans[key] = bans.get(key, 0) + int(count)
         self._leases, self._targets, self._bans = leases, targets, bans
@@ -239,8 +235,13 @@ class RedisTally:
             while True:
                 await self.flush()
                 if self._clock.monotonic() - refreshed >= REFRESH_SECONDS:
-                    await self.refresh()
                     refreshed = self._clock.monotonic()
+                    try:
+                        await self.refresh()
+                    except (ValueError, TypeError, KeyError) as error:
+                        # A note this version cannot read (another version's): the last
+                        # book stays shown, the next read tries again.
+                        logger.warning("console tally: unreadable notes (%r)", error)
                 if self._dropped:
                     logger.warning("console tally: %d writes dropped (buffer full)", self._dropped)
                     self._dropped = 0
@@ -286,26 +287,29 @@ class RedisTally:
             repr(now),
         )
 
-    def _read_leases(self, reply: dict[str, str], now: float) -> list[LiveLease]:
+    def _read_leases(
+        self, facts: dict[str, str], ends: dict[str, str], now: float
+    ) -> list[LiveLease]:
         live: list[tuple[float, str, LiveLease]] = []
-        for digest, value in reply.items():
-            proxy, target, holder, granted, expires, shown = value.split("\t")
-            if float(expires) <= now:
-                self._write("hdel", self._key("leases"), digest)
+        for digest, value in facts.items():
+            end = float(ends.get(digest) or 0.0)
+            if end <= now:
+                self._forget_lease(digest)
                 continue
-            lease = LiveLease(
-                LeaseId(shown),
-                ProxyKey(proxy),
-                target or None,
-                float(granted),
-                float(expires),
-                holder or None,
-            )
+            proxy, target, holder, granted, shown = json.loads(value)
+            lease = LiveLease(LeaseId(shown), ProxyKey(proxy), target, granted, end, holder)
             live.append((lease.granted_at, digest, lease))
-        live.sort()
+        for digest, ended in ends.items():
+            if digest not in facts and float(ended) <= now:  # a renewal outlived its grant
+                self._write("hdel", self._key("lease-ends"), digest)
+        live.sort(key=lambda entry: entry[0])
         for _, digest, _ in live[: max(0, len(live) - MAX_LEASES)]:
-            self._write("hdel", self._key("leases"), digest)
+            self._forget_lease(digest)
         return [lease for _, _, lease in live[-MAX_LEASES:]]
+
+    def _forget_lease(self, digest: str) -> None:
+        self._write("hdel", self._key("leases"), digest)
+        self._write("hdel", self._key("lease-ends"), digest)
 
     def _read_targets(self, reply: dict[str, str], now: float) -> dict[str, TargetBook]:
         seen: list[tuple[float, str, TargetBook]] = []
@@ -350,14 +354,6 @@ def open_tally(url: str, *, prefix: str, timeout: float, clock: Clock) -> RedisT
     return None if url == MEMORY else RedisTally(url, prefix=prefix, timeout=timeout, clock=clock)
 
 
-# A renewal moves the lease's end (the grant's holder and time stay): ARGV digest, expires.
-_RENEW = """
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return 0 end
-local head, shown = string.match(v, '^(.*)\\t[^\\t]*\\t([^\\t]*)$')
-redis.call('HSET', KEYS[1], ARGV[1], head .. '\\t' .. ARGV[2] .. '\\t' .. shown)
-return 1
-"""
 # A target's facts: ARGV target, lowered at ("": keep), waiting held ("": nobody), seen at.
 _TARGET = """
 local v = redis.call('HGET', KEYS[1], ARGV[1])
@@ -373,8 +369,10 @@ return 1
 _FORGET = """
 local leases = redis.call('HGETALL', KEYS[1] .. 'leases')
 for i = 1, #leases, 2 do
-  if string.sub(leases[i + 1], 1, #ARGV[1] + 1) == ARGV[1] .. '\t' then
+  local ok, facts = pcall(cjson.decode, leases[i + 1])
+  if ok and facts[1] == ARGV[1] then
     redis.call('HDEL', KEYS[1] .. 'leases', leases[i])
+    redis.call('HDEL', KEYS[1] .. 'lease-ends', leases[i])
   end
 end
 for _, target in ipairs(redis.call('HKEYS', KEYS[1] .. 'targets')) do

@@ -157,7 +157,7 @@ async def test_every_counted_key_expires_within_its_window(
     await replica.sync()
     async with Redis.from_url(redis_server.url, decode_responses=True) as redis:
         keys = [key async for key in redis.scan_iter(f"{{{redis_prefix}}}:console:*")]
-        windowed = [key for key in keys if not key.endswith((":leases", ":targets"))]
+        windowed = [key for key in keys if not key.endswith((":leases", ":lease-ends", ":targets"))]
         assert {key.split(":console:")[1].split(":")[0] for key in windowed} == {
             "reports",
             "bans",
@@ -207,3 +207,23 @@ async def test_a_redis_that_does_not_answer_keeps_the_writes_for_later(
     await replica.sync()  # refused: the writes wait, the last book stays
     assert len(replica.tally.leases()) == 1
     assert "pending: 0" not in repr(replica.tally)
+
+
+async def test_sites_and_holders_with_any_characters_round_trip(
+    make_replica: MakeReplica, clock: ManualClock
+) -> None:
+    replica = make_replica()
+    odd = "odd\tsite \n name"
+
+    async def as_holder() -> Lease:
+        serving("team\tx y")
+        outcome = await replica.store.acquire(CandidatePool.of([A]), odd, 120)
+        assert isinstance(outcome, Lease), outcome
+        return outcome
+
+    held = await asyncio.create_task(as_holder())
+    await replica.report(held, ReportResult.RATE_LIMITED)
+    await replica.sync()
+    [lease] = replica.tally.leases()
+    assert (lease.holder, lease.target) == ("team\tx y", odd)
+    assert replica.tally.targets()[odd].report_counts(clock.time()) == (0, 1, 0)
