@@ -66,7 +66,7 @@ class Console:
             if client is not None and self.events is not None and self.pools is not None
             else None
         )
-        self.sampler = Sampler(fleet, tally or self.book, self.history, clock)
+        self.sampler = Sampler(fleet, tally or self.book, self.history, clock, tally)
         self._handlers = ConsoleHandlers(
             ConsoleAuth(users),
             fleet,

@@ -16,6 +16,8 @@ it agrees too.
     {prefix}:console:marks:<target>  zset  rate limits reported     (expires after an hour)
     {prefix}:console:reports:<minute>  hash  "<target>\\n<ok|rate_limited|banned>" -> count
     {prefix}:console:bans:<hour>       hash  proxy key -> bans reported that hour
+    {prefix}:console:history:<n>       string the lease numbers of history sample n (at n x
+                                              interval), JSON; expires after the span
 
 Every key but the three hashes expires once it is out of its window (TTLs are
 relative: Redis's clock need not agree with ours); ended leases and targets
@@ -34,10 +36,12 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import Clock
+from egress_proxies.console.history import SeriesKey
 from egress_proxies.console.leasebook import (
     BAN_WINDOW,
     MAX_LEASES,
@@ -46,6 +50,7 @@ from egress_proxies.console.leasebook import (
     LiveLease,
     TargetBook,
 )
+from egress_proxies.console.sampler import Sample
 from egress_proxies.leases import Lease, LeaseId, ReportOutcome, ReportResult
 from egress_proxies.leases.opening import MEMORY
 from egress_proxies.leases.urls import redact_url
@@ -83,6 +88,7 @@ class RedisTally:
         self._leases: list[LiveLease] = []
         self._targets: dict[str, TargetBook] = {}
         self._bans: dict[str, int] = {}
+        self._sampled: int | None = None  # the last history sample returned (at // interval)
 
     def __repr__(self) -> str:
         return (
@@ -223,6 +229,31 @@ class RedisTally:
                 book.paces[ProxyKey(key)] = (float(rate), float(seen))
             book.rate_limits.extend(score for _, score in marks)
         return True
+
+    async def exchange(
+        self, at: float, interval: float, span: float, values: Mapping[SeriesKey, float | None]
+    ) -> list[tuple[float, Sample]]:
+        """Offer `values` as the history sample at `at` (kept unless a replica's is already)
+        and return, oldest first, every sample of the last `span` not returned before; on
+        a Redis that does not answer, ours alone."""
+        index, back = round(at / interval), math.ceil(span / interval) - 1
+        first = index - back if self._sampled is None else max(self._sampled + 1, index - back)
+        slots = list(range(first, index + 1))
+        encoded = json.dumps([[what, who, value] for (what, who), value in values.items()])
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(self._key(f"history:{index}"), encoded, nx=True, ex=math.ceil(span + interval))
+        for slot in slots:
+            pipe.get(self._key(f"history:{slot}"))
+        replies = await self._run(pipe)
+        self._sampled = index
+        if replies is None:
+            return [(at, dict(values))]
+        samples = []
+        for slot, reply in zip(slots, replies[1:], strict=True):
+            if reply is not None:
+                sample = {(what, who): value for what, who, value in json.loads(reply)}
+                samples.append((slot * interval, sample))
+        return samples
 
     async def close(self) -> None:
         """Let go of the connections (writes not flushed yet are lost)."""

@@ -4,7 +4,8 @@ Each replica serves its own discovery API and console over a RedisLeaseStore
 and a RedisTally on one prefix. A crawler leases and reports through each
 replica's API; both consoles then show the same leases per proxy, cooldowns,
 bans in the last day, rate-limited and banned shares, fleet pace and leases per
-site, and the live leases with their token's name.
+site, the live leases with their token's name, and the same history of the
+site's pace.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from egress_proxies.clock import SystemClock
-from egress_proxies.console import RedisTally
+from egress_proxies.console import History, RedisTally
 from egress_proxies.leases import RedisLeaseStore
 from harness.console import ConsoleSite, proxy_body, served_console
 from harness.redis import RedisServer
@@ -39,6 +40,7 @@ def replicas(
                     lambda: users,
                     frozenset({tokens.crawler}),
                     crawler_names={tokens.crawler: CRAWLER},
+                    history=History(interval=1.0, span=30.0),
                     store=RedisLeaseStore(redis_server.url, prefix=redis_prefix, timeout=2.0),
                     tally=RedisTally(
                         redis_server.url, prefix=redis_prefix, timeout=2.0, clock=SystemClock()
@@ -121,3 +123,20 @@ def test_both_replicas_consoles_show_the_fleets_numbers(
         return bool(pace) and first_shows == expected == second_shows
 
     wait_for(agree)
+
+    def pace_history(site: ConsoleSite) -> list[tuple[float, float | None]]:
+        answer = httpx.get(
+            f"{site.console}/console/api/v1/sites/{SITE}",
+            headers={"Authorization": f"Bearer {tokens.viewer}"},
+        ).json()["paceHistory"]
+        return list(zip(answer["times"], answer["values"], strict=True))
+
+    def same_history() -> bool:
+        # Both rings hold the same samples, each at its interval's start; compare the
+        # samples both have (one replica may be an interval ahead) once there are some.
+        first_has, second_has = dict(pace_history(first)), dict(pace_history(second))
+        common = first_has.keys() & second_has.keys()
+        paced = [at for at in common if first_has[at]]
+        return len(paced) >= 2 and all(first_has[at] == second_has[at] for at in common)
+
+    wait_for(same_history)

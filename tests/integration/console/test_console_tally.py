@@ -227,3 +227,31 @@ async def test_sites_and_holders_with_any_characters_round_trip(
     [lease] = replica.tally.leases()
     assert (lease.holder, lease.target) == ("team\tx y", odd)
     assert replica.tally.targets()[odd].report_counts(clock.time()) == (0, 1, 0)
+
+
+async def test_every_replica_records_the_first_offered_history_sample(
+    make_replica: MakeReplica, clock: ManualClock
+) -> None:
+    first, second = make_replica(), make_replica()
+    at = clock.time() // 10 * 10
+    ours = {("pace", SITE): 1.5, ("fleet", "leases"): 2.0}
+    assert await first.tally.exchange(at, 10, 60, ours) == [(at, ours)]
+    assert await second.tally.exchange(at, 10, 60, {("pace", SITE): 9.0}) == [(at, ours)]
+    assert await second.tally.exchange(at, 10, 60, {("pace", SITE): 9.0}) == []  # seen
+
+    clock.advance(20)
+    later = {("pace", SITE): 0.5}
+    assert await second.tally.exchange(at + 20, 10, 60, later) == [(at + 20, later)]
+    restarted = make_replica()  # a new process reads the last span back
+    assert await restarted.tally.exchange(at + 20, 10, 60, {}) == [(at, ours), (at + 20, later)]
+
+
+async def test_without_redis_a_history_sample_is_this_replicas_own(
+    make_replica: MakeReplica, own_redis: RedisServer, clock: ManualClock
+) -> None:
+    replica = make_replica(own_redis.url)
+    own_redis.close()
+    at = clock.time() // 10 * 10
+    assert await replica.tally.exchange(at, 10, 60, {("pace", SITE): 1.0}) == [
+        (at, {("pace", SITE): 1.0})
+    ]
