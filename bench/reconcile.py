@@ -75,8 +75,8 @@ from egress_proxies.devcluster.node import image_ref
 from egress_proxies.health import HttpProber
 from egress_proxies.kube.resources import PODS
 from egress_proxies.model import PROVISIONED, ProxySpec, find_condition, with_squid_image
-from egress_proxies.operator.reconcile import spec_hash
-from egress_proxies.operator.status import status_of
+from egress_proxies.proxies.reconcile import spec_hash
+from egress_proxies.proxies.status import status_of
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name, stack_name
 from egress_proxies.stacks.outputs import bind

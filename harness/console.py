@@ -35,7 +35,7 @@ from egress_proxies.events import Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
 from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
-from egress_proxies.pool_model import POOL_LABEL
+from egress_proxies.vocabulary import POOL_LABEL
 
 Result = TypeVar("Result")
 _uids = itertools.count(1)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import CLOUD_INIT_LABEL
+from egress_proxies.vocabulary import CLOUD_INIT_LABEL
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
     OperatorProcess,

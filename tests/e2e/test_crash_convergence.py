@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import UID_LABEL
+from egress_proxies.vocabulary import UID_LABEL
 from harness.operator import RESHAPED
 from tests.conftest import wait_for
 from tests.e2e.conftest import OperatorProcess, managed_proxy, proxy_path

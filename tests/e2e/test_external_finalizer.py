@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import FINALIZER
+from egress_proxies.vocabulary import FINALIZER
 from tests.e2e.conftest import OperatorProcess, proxy_path, wait_for_condition, wait_gone
 from tests.e2e.test_metrics_scenario import external_proxy
 

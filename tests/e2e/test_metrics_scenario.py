@@ -22,9 +22,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.devcluster.controlplane import free_port
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import GROUP, UID_LABEL, VERSION, Phase
+from egress_proxies.model import GROUP, VERSION, Phase
 from egress_proxies.telemetry.metrics import STACK_BUCKETS, SWEEP_BUCKETS
 from egress_proxies.telemetry.probe_metrics import DURATION_BUCKETS, LATENESS_BUCKETS
+from egress_proxies.vocabulary import UID_LABEL
 from harness.origins import serve_origin
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (

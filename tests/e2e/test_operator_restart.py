@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import PROXY_POOLS
-from egress_proxies.pool_model import POOL_LABEL
+from egress_proxies.vocabulary import POOL_LABEL
 from harness.census import ProxyCensus
 from harness.cluster import ClusterHandle, wait_for
 from harness.operator import OperatorProcess, new_operator, proxy_path

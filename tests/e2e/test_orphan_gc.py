@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import FINALIZER, UID_LABEL
+from egress_proxies.vocabulary import FINALIZER, UID_LABEL
 from tests.conftest import wait_for
 from tests.e2e.conftest import (
     OperatorProcess,

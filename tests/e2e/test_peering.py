@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import UID_LABEL
 from egress_proxies.operator.state_dir import StateDirClaim
+from egress_proxies.vocabulary import UID_LABEL
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (
     OperatorProcess,

@@ -10,7 +10,7 @@ import aiohttp
 
 from egress_proxies import toolchain
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import CLOUD_INIT_LABEL, SPEC_HASH_ANNOTATION
+from egress_proxies.vocabulary import CLOUD_INIT_LABEL, SPEC_HASH_ANNOTATION
 from harness.operator import RESHAPED
 from harness.origins import ORIGIN_BODY, serve_origin
 from tests.conftest import wait_for

@@ -21,12 +21,8 @@ from egress_proxies import toolchain
 from egress_proxies.events import SERIES_INTERVAL
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.model import GROUP, VERSION
-from egress_proxies.pool_model import (
-    DRAINING_ANNOTATION,
-    POOL_LABEL,
-    POOL_PLURAL,
-    TEMPLATE_HASH_LABEL,
-)
+from egress_proxies.pool_model import POOL_PLURAL
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL
 from harness.cluster import ClusterHandle
 from harness.origins import Origin, serve_origin
 from tests.conftest import RESTRICTED, wait_for

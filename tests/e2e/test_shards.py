@@ -21,8 +21,7 @@ import pytest
 
 from egress_proxies import toolchain
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import FINALIZER, SHARD_LABEL, UID_LABEL
-from egress_proxies.operator.shard import OWNER_ANNOTATION
+from egress_proxies.vocabulary import FINALIZER, OWNER_ANNOTATION, SHARD_LABEL, UID_LABEL
 from harness.cluster import ClusterHandle
 from harness.operator import (
     OperatorProcess,

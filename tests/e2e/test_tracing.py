@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import UID_LABEL
+from egress_proxies.vocabulary import UID_LABEL
 from harness.origins import serve_origin
 from tests.conftest import ClusterHandle, wait_for
 from tests.e2e.conftest import (

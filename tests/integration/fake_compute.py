@@ -25,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from egress_proxies.providers.gcp import UID_LABEL_KEY
+from egress_proxies.vocabulary import GCE_UID_LABEL
 
 PROJECT = "crawler-proxies"
 SERVICE_ACCOUNT_EMAIL = "egress-proxies@crawler-proxies.iam.gserviceaccount.com"
@@ -231,7 +231,7 @@ class FakeCompute:
 
 def labelled(zone: str, name: str, uid: str, status: str = "RUNNING") -> FakeInstance:
     """A VM carrying a Proxy UID label, as the VM program creates them."""
-    return FakeInstance(zone, name, {UID_LABEL_KEY: uid, "team": "crawl"}, status)
+    return FakeInstance(zone, name, {GCE_UID_LABEL: uid, "team": "crawl"}, status)
 
 
 @asynccontextmanager

@@ -29,12 +29,12 @@ from egress_proxies.model import (
     ConditionStatus,
     ProxyStatus,
 )
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator.conditions import set_condition
-from egress_proxies.operator.readiness import summarize
 from egress_proxies.pool_model import ProxyPoolSpec
 from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.plan import Member, plan
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.readiness import summarize
 from harness.kstatus import kstatus
 
 ARGOCD = Path(__file__).resolve().parents[2] / "deploy" / "argocd"

@@ -20,7 +20,7 @@ from google.auth.compute_engine import _metadata
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.model import ProviderName
-from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, GceInventory
+from egress_proxies.providers.gcp import GceInventory
 from egress_proxies.providers.gcp_auth import (
     COMPUTE_SCOPE,
     CredentialsError,
@@ -34,6 +34,7 @@ from egress_proxies.providers.inventory import (
     InventoryError,
     PartialFailure,
 )
+from egress_proxies.vocabulary import GCE_SHARD_LABEL, GCE_UID_LABEL
 from tests.integration.fake_compute import (
     PROJECT,
     SERVICE_ACCOUNT_EMAIL,
@@ -65,7 +66,7 @@ async def test_lists_labelled_instances_across_zones(
     assert by_uid["uid-c"].state is InstanceState.STOPPED
     assert by_uid["uid-a"].created_at == datetime(2024, 5, 1, 17, 20, 30, 123000, tzinfo=UTC)
     [query] = compute.list_queries
-    assert query["filter"] == f"labels.{UID_LABEL_KEY}:*"
+    assert query["filter"] == f"labels.{GCE_UID_LABEL}:*"
     assert query["returnPartialSuccess"] == "true"
     assert repr(listing) == "<InventoryListing gcp: 3 instances>"
 
@@ -223,7 +224,7 @@ async def test_a_shard_lists_only_its_own_vms_and_the_unsharded_inventory_none_o
 ) -> None:
     def of_shard(name: str, uid: str, shard: str) -> FakeInstance:
         vm = labelled("us-central1-a", name, uid)
-        vm.labels[SHARD_LABEL_KEY] = shard
+        vm.labels[GCE_SHARD_LABEL] = shard
         return vm
 
     compute.instances = [

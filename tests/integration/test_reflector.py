@@ -13,7 +13,7 @@ from egress_proxies.catalog.sinks import ProxySink, SecretSink
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.client import JsonObject
 from egress_proxies.kube.reflector import GONE, Reflector
-from egress_proxies.model import UID_LABEL
+from egress_proxies.vocabulary import UID_LABEL
 from harness.cluster import wait_for
 from harness.operator import proxy_path
 from harness.tier import external_proxy, report_healthy

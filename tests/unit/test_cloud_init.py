@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from egress_proxies.model import CLOUD_INIT_LABEL
-from egress_proxies.operator.cloud_init import (
-    CLOUD_INIT_KEY,
-    CLOUD_INIT_REVISION_ANNOTATION,
-    CloudInit,
-    read,
-    revision,
-    to_nudge,
-)
+from egress_proxies.proxies.cloud_init import CLOUD_INIT_KEY, CloudInit, read, revision, to_nudge
+from egress_proxies.vocabulary import CLOUD_INIT_LABEL, CLOUD_INIT_REVISION_ANNOTATION
 
 
 def proxy(name: str, **annotations: str) -> dict[str, Any]:

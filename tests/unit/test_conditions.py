@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from egress_proxies.model import HEALTHY, PROVISIONED, ConditionStatus
-from egress_proxies.operator.conditions import replace_condition, set_condition
+from egress_proxies.proxies.conditions import replace_condition, set_condition
 
 NOW = "2026-11-29T12:00:00Z"
 LATER = "2026-11-29T12:05:00Z"

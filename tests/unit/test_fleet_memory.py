@@ -8,7 +8,7 @@ import tracemalloc
 from typing import Any
 
 from egress_proxies.catalog.fleet import Fleet
-from egress_proxies.pool_model import POOL_LABEL
+from egress_proxies.vocabulary import POOL_LABEL
 
 
 def test_a_kept_body_drops_managed_fields_and_kopfs_annotations() -> None:

@@ -18,12 +18,12 @@ from pulumi.runtime import mocks
 from pulumi.runtime.proto import resource_pb2
 
 from egress_proxies.model import ProxySpec
-from egress_proxies.providers.gcp import UID_LABEL_KEY
 from egress_proxies.stacks.errors import ErrorClass, classify
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name
 from egress_proxies.stacks.programs.errors import PermanentProgramError
 from egress_proxies.stacks.programs.gce_vm import USER_DATA_KEY, gce_vm_program, vm_shape
+from egress_proxies.vocabulary import GCE_UID_LABEL
 
 UID = "6f1c2a4e-93b7-4d2e-8f1a-0c5e7b9d3a21"
 NAME = instance_name(UID)
@@ -143,7 +143,7 @@ def test_the_vm_has_the_spec_shape_the_uid_label_and_no_service_account() -> Non
     assert vm["networkInterfaces"][0]["subnetwork"] == "regions/x/s"
     assert vm["networkInterfaces"][0]["accessConfigs"][0]["natIp"] == NAT_IP
     assert vm["tags"] == [NAME, "egress"]
-    assert vm["labels"] == {UID_LABEL_KEY: UID}
+    assert vm["labels"] == {GCE_UID_LABEL: UID}
     assert "serviceAccount" not in vm
     assert "crawl/proxy-a" in vm["description"]
 

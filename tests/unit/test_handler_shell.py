@@ -1,7 +1,7 @@
 """The handler shell carries out the state machine's Decision, over fakes of its Protocols.
 
 The runner, the API client and the status sink are small in-memory fakes of
-`operator/ports.py`; the requeue timer runs on a `ManualClock`, so a retry's
+`proxies/ports.py`; the requeue timer runs on a `ManualClock`, so a retry's
 backoff passes without sleeping. The e2e tests run the same shell over the
 real client, runner and writer.
 """
@@ -30,13 +30,11 @@ from egress_proxies.clock import ManualClock
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.selectors import parse_selector
 from egress_proxies.model import (
-    FINALIZER,
     GROUP,
     KIND,
     PERMANENT_ERROR,
     PLURAL,
     PROVISIONED,
-    SPEC_HASH_ANNOTATION,
     VERSION,
     ConditionStatus,
     ProviderName,
@@ -44,23 +42,23 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator import handlers
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator.backoff import RetryPolicy
-from egress_proxies.operator.credentials import credentials_secret_name
-from egress_proxies.operator.handlers import (
+from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.providers.pods import pod_instance_id
+from egress_proxies.proxies import handlers
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.backoff import RetryPolicy
+from egress_proxies.proxies.credentials import credentials_secret_name
+from egress_proxies.proxies.handlers import (
     Components,
     _remove_instance,
     delete_proxy,
     reconcile_proxy,
     register,
 )
-from egress_proxies.operator.instances import InstanceCache
-from egress_proxies.operator.ports import JsonObject
-from egress_proxies.operator.requeue import Requeue
-from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
-from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
-from egress_proxies.providers.pods import pod_instance_id
+from egress_proxies.proxies.instances import InstanceCache
+from egress_proxies.proxies.ports import JsonObject
+from egress_proxies.proxies.requeue import Requeue
+from egress_proxies.proxies.sharding import Shard
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import classify
@@ -68,6 +66,13 @@ from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.runner import StackOperationError
 from egress_proxies.telemetry.metrics import StackMetrics
 from egress_proxies.telemetry.tracing import Spans
+from egress_proxies.vocabulary import (
+    FINALIZER,
+    OWNER_ANNOTATION,
+    RECONCILE_HANDLED_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+)
 
 GCE: JsonObject = {
     "provider": "gcp",
@@ -295,12 +300,12 @@ async def test_a_provider_without_a_program_fails_permanently_without_up() -> No
 async def test_a_gc_request_refreshes_and_is_marked_handled(shell: Shell) -> None:
     await shell.reconcile(proxy(GCE))
     shell.stacks.calls.clear()
-    request = {machine.RECONCILE_REQUEST_ANNOTATION: "2026-11-29T12:01:00Z"}
+    request = {RECONCILE_REQUEST_ANNOTATION: "2026-11-29T12:01:00Z"}
 
     patch = await shell.reconcile(proxy(GCE, **request))
 
     assert shell.stacks.calls == [("up", "crawl.p1", True)]
-    handled = patch.metadata.annotations[machine.RECONCILE_HANDLED_ANNOTATION]
+    handled = patch.metadata.annotations[RECONCILE_HANDLED_ANNOTATION]
     assert handled == "2026-11-29T12:01:00Z"
     assert [event.reason for event in shell.events] == [machine.INSTANCE_MISSING]
 
@@ -373,7 +378,7 @@ async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
         "crawl", "p1", "uid-1", 1, ProxySpec.model_validate(GCE), ProxyStatus()
     )
 
-    with caplog.at_level(logging.WARNING, logger="egress_proxies.operator.handlers"):
+    with caplog.at_level(logging.WARNING, logger="egress_proxies.proxies.handlers"):
         removing = asyncio.create_task(_remove_instance(shell.components, view, dead))
         while not removing.done() and shell.clock.monotonic() < 120:
             await asyncio.sleep(0)

@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from egress_proxies.operator.handlers import Components, register
+from egress_proxies.proxies.handlers import Components, register
 
 
 def test_every_resource_handler_runs_on_the_event_loop() -> None:

@@ -7,9 +7,9 @@ import datetime
 from egress_proxies.catalog import proxy_key
 from egress_proxies.health import HealthReport
 from egress_proxies.model import HEALTHY, ConditionStatus, Phase, ProxyStatus, compute_phase
-from egress_proxies.operator.conditions import set_condition
-from egress_proxies.operator.health_status import apply_health
-from egress_proxies.operator.reconcile import owned_status
+from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.health_status import apply_health
+from egress_proxies.proxies.reconcile import owned_status
 
 CHECKED = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 

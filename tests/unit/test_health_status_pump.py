@@ -16,12 +16,12 @@ from egress_proxies.clock import ManualClock
 from egress_proxies.health import HealthReport
 from egress_proxies.kube import KubeApiError, TransportError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
-from egress_proxies.operator.health_status import (
+from egress_proxies.proxies.health_status import (
     PAUSED_RECHECK_SECONDS,
     HealthStatusPump,
     retry_delay,
 )
-from egress_proxies.operator.status import Mutation
+from egress_proxies.proxies.status import Mutation
 
 CHECKED = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 

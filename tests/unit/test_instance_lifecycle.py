@@ -17,8 +17,9 @@ from egress_proxies.model import (
     compute_phase,
     find_condition,
 )
-from egress_proxies.operator.backoff import RetryPolicy
-from egress_proxies.operator.reconcile import (
+from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.proxies.backoff import RetryPolicy
+from egress_proxies.proxies.reconcile import (
     RECREATING,
     STARTING,
     Action,
@@ -28,7 +29,6 @@ from egress_proxies.operator.reconcile import (
     decide,
     spec_hash,
 )
-from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.stacks.backend import StackState
 
 MANAGED: dict[str, Any] = {"provider": "kubernetes", "kubernetes": {}}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.model import UID_LABEL
 from egress_proxies.providers.kubernetes import KubernetesInventory
+from egress_proxies.vocabulary import UID_LABEL
 
 
 class Listing:

@@ -11,11 +11,11 @@ from egress_proxies.model import (
     ConditionStatus,
     ProxyStatus,
 )
-from egress_proxies.operator import lifecycle
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator.conditions import set_condition
-from egress_proxies.operator.lifecycle import lifecycle_events
-from egress_proxies.operator.readiness import summarize
+from egress_proxies.proxies import lifecycle
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.lifecycle import lifecycle_events
+from egress_proxies.proxies.readiness import summarize
 
 NOW = "2026-12-04T12:00:00Z"
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE

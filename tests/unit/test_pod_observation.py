@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from egress_proxies.model import UID_LABEL
-from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.providers.instance import InstanceHealth
 from egress_proxies.providers.pods import observe_pod
+from egress_proxies.proxies.instances import InstanceCache
+from egress_proxies.vocabulary import UID_LABEL
 
 
 def pod(status: dict[str, Any], uid: str = "pod-1", **meta: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 from egress_proxies.catalog import record_from_body
 from egress_proxies.leases import is_offerable
 from egress_proxies.leases.candidates import CandidatePool
-from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_LABEL
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
 
 
 def body(name: str, *, pool: str | None = None, draining: bool = False) -> dict[str, Any]:

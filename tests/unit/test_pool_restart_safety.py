@@ -11,9 +11,9 @@ import pytest
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import ManualClock
 from egress_proxies.kube import KubeApiError, KubeClient, TransportError
-from egress_proxies.pool_model import DRAINING_ANNOTATION, TEMPLATE_HASH_LABEL
+from egress_proxies.pool_model import template_hash
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController
-from egress_proxies.pools.controller import template_hash
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, TEMPLATE_HASH_LABEL
 
 WALL = datetime.datetime(2026, 12, 6, 12, tzinfo=datetime.UTC)
 TEMPLATE: dict[str, Any] = {"spec": {"provider": "kubernetes"}}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from egress_proxies.kube.selectors import parse_selector
-from egress_proxies.operator.filters import is_managed, managed_and_owned_by, owned_by
-from egress_proxies.operator.shard import Shard
+from egress_proxies.proxies.filters import is_managed, managed_and_owned_by, owned_by
+from egress_proxies.proxies.sharding import Shard
 
 SHARD_A = Shard("a", parse_selector("shard=a"))
 MANAGED = {"provider": "gcp"}

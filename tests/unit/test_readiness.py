@@ -18,10 +18,10 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator import readiness
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator.conditions import set_condition
-from egress_proxies.operator.readiness import summarize
+from egress_proxies.proxies import readiness
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.readiness import summarize
 
 NOW = "2026-12-04T12:00:00Z"
 LATER = "2026-12-04T12:05:00Z"

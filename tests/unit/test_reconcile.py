@@ -16,8 +16,8 @@ from egress_proxies.model import (
     compute_phase,
     find_condition,
 )
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator.reconcile import Action, Observed, ProxyView, decide, spec_hash
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.reconcile import Action, Observed, ProxyView, decide, spec_hash
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import ErrorClass
 

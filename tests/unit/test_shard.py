@@ -8,20 +8,17 @@ import pytest
 
 from egress_proxies.cli import main
 from egress_proxies.kube.selectors import parse_selector
-from egress_proxies.model import FINALIZER, SHARD_LABEL
-from egress_proxies.operator.shard import (
-    OWNER_ANNOTATION,
+from egress_proxies.operator.shard import ShardError, bind_state_dir, shard_from_flags
+from egress_proxies.proxies.sharding import (
     Claim,
     Release,
     Shard,
-    ShardError,
-    bind_state_dir,
     claim,
     finalizers_to_keep,
     release,
     selects,
-    shard_from_flags,
 )
+from egress_proxies.vocabulary import FINALIZER, OWNER_ANNOTATION, SHARD_LABEL
 
 
 def test_no_shard_flags_mean_one_operator_owns_everything() -> None:

@@ -18,9 +18,9 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator.conditions import set_condition
-from egress_proxies.operator.status import StatusWriter
-from egress_proxies.pool_model import DRAINING_ANNOTATION
+from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.status import StatusWriter
+from egress_proxies.vocabulary import DRAINING_ANNOTATION
 
 
 class PatchRecorder:

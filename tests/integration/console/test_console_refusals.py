@@ -11,7 +11,7 @@ import pytest
 
 from egress_proxies.console.app import SECURITY_HEADERS
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
-from egress_proxies.pool_model import DRAINING_ANNOTATION
+from egress_proxies.vocabulary import DRAINING_ANNOTATION
 from harness.console import ConsoleSite, pool_body, proxy_body
 from tests.integration.console.conftest import Tokens
 

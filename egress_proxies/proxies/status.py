@@ -23,10 +23,10 @@ from egress_proxies.events import EventSink, Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES
 from egress_proxies.model import GROUP, KIND, VERSION, ProxyStatus, compute_phase
-from egress_proxies.operator.lifecycle import lifecycle_events
-from egress_proxies.operator.ports import ApiClient
-from egress_proxies.operator.readiness import summarize
-from egress_proxies.pool_model import DRAINING_ANNOTATION
+from egress_proxies.proxies.lifecycle import lifecycle_events
+from egress_proxies.proxies.ports import ApiClient
+from egress_proxies.proxies.readiness import summarize
+from egress_proxies.vocabulary import DRAINING_ANNOTATION
 
 logger = logging.getLogger(__name__)
 

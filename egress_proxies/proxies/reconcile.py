@@ -29,12 +29,10 @@ from typing import Any
 
 from egress_proxies.clock import k8s_time, parse_k8s_time
 from egress_proxies.model import (
-    GROUP,
     HEALTHY,
     INSTANCE_FAILED,
     PERMANENT_ERROR,
     PROVISIONED,
-    SPEC_HASH_ANNOTATION,
     Backoff,
     ConditionStatus,
     Mode,
@@ -43,22 +41,19 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator.backoff import DEFAULT_POLICY, RetryPolicy
-from egress_proxies.operator.conditions import replace_condition, set_condition
-from egress_proxies.operator.credentials import credentials_secret_name
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
+from egress_proxies.proxies.backoff import DEFAULT_POLICY, RetryPolicy
+from egress_proxies.proxies.conditions import replace_condition, set_condition
+from egress_proxies.proxies.credentials import credentials_secret_name
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import ErrorClass, summarize_error
+from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, SPEC_HASH_ANNOTATION
 
 QUOTA_RETRY_SECONDS = 300.0
 CLOUD_INIT_RETRY_SECONDS = 30.0
 DESTROY_RETRY_SECONDS = 10.0
 
-# The GC (or the GCE watch) asks for an instance to be recreated by setting the
-# request annotation; a successful `up` echoes it into the handled one.
-RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
-RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"
 
 # Reasons of the Provisioned condition.
 CREATED = "Created"

@@ -20,8 +20,8 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.operator import readiness
-from egress_proxies.operator.reconcile import PROVISIONING, REPLACING, Event
+from egress_proxies.proxies import readiness
+from egress_proxies.proxies.reconcile import PROVISIONING, REPLACING, Event
 
 PROVISIONED_EVENT = "Provisioned"
 HEALTHY_EVENT = "Healthy"

@@ -25,44 +25,36 @@ from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.clock import Clock
 from egress_proxies.events import EventSink
 from egress_proxies.kube import ConflictError, NotFoundError
-from egress_proxies.kube.client import annotate
 from egress_proxies.kube.resources import PODS, PROXIES
 from egress_proxies.leases import StoreUnavailableError
 from egress_proxies.model import (
-    CLOUD_INIT_LABEL,
     DEFAULT_SQUID_IMAGE,
-    FINALIZER,
     GROUP,
     PLURAL,
-    SPEC_HASH_ANNOTATION,
-    UID_LABEL,
     VERSION,
     ProviderName,
     ProxySpec,
     ProxyStatus,
     with_squid_image,
 )
-from egress_proxies.operator import cloud_init
-from egress_proxies.operator import reconcile as machine
-from egress_proxies.operator import shard as shard_rules
-from egress_proxies.operator.backoff import RetryPolicy
-from egress_proxies.operator.credentials import (
+from egress_proxies.providers.instance import InstanceObservation
+from egress_proxies.providers.pods import gone, observe_pod
+from egress_proxies.proxies import cloud_init
+from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies import sharding as shard_rules
+from egress_proxies.proxies.backoff import RetryPolicy
+from egress_proxies.proxies.credentials import (
     credentials_secret_name,
     delete_credentials,
     ensure_credentials,
 )
-from egress_proxies.operator.filters import managed_and_owned_by, owned_by
-from egress_proxies.operator.instances import InstanceCache
-from egress_proxies.operator.ports import ApiClient, Stacks, StatusSink
-from egress_proxies.operator.reconcile import (
-    RECONCILE_HANDLED_ANNOTATION,
-    RECONCILE_REQUEST_ANNOTATION,
-)
-from egress_proxies.operator.requeue import Requeue
-from egress_proxies.operator.shard import Shard
-from egress_proxies.operator.status import regarding, status_of
-from egress_proxies.providers.instance import InstanceObservation
-from egress_proxies.providers.pods import gone, observe_pod
+from egress_proxies.proxies.filters import managed_and_owned_by, owned_by
+from egress_proxies.proxies.instances import InstanceCache
+from egress_proxies.proxies.ports import ApiClient, Stacks, StatusSink
+from egress_proxies.proxies.requeue import Requeue
+from egress_proxies.proxies.sharding import Shard
+from egress_proxies.proxies.status import regarding, status_of
+from egress_proxies.proxies.wakeup import Bell, Reason
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.errors import ErrorClass
 from egress_proxies.stacks.inputs import ProgramInputs
@@ -71,13 +63,17 @@ from egress_proxies.stacks.runner import StackOperationError
 from egress_proxies.telemetry.logs import log_context
 from egress_proxies.telemetry.metrics import StackMetrics
 from egress_proxies.telemetry.tracing import Spans
+from egress_proxies.vocabulary import (
+    CLOUD_INIT_LABEL,
+    FINALIZER,
+    RECONCILE_HANDLED_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    UID_LABEL,
+)
 
 logger = logging.getLogger(__name__)
 
-# Touched to make kopf run the update handlers: the pod watch saw the instance
-# change, or a retry is due (see operator/requeue.py).
-INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"
-REQUEUE_ANNOTATION = f"{GROUP}/requeue-at"
 _POD_GONE_TIMEOUT = 30.0
 
 Program = Callable[[ProgramInputs], None]
@@ -115,6 +111,11 @@ class Components:
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
+
+    @property
+    def bell(self) -> Bell:
+        """Wake-ups for the Proxies this controller handles (`wakeup.py`)."""
+        return Bell(self.client, self.clock)
 
 
 KOPF_PREFIX = f"kopf.{GROUP}"
@@ -210,7 +211,7 @@ def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> 
         revision = cloud_init.revision(event["type"], meta)
         referencing = c.fleet.referencing_cloud_init(meta["namespace"], meta["name"])
         for namespace, name in cloud_init.to_nudge(referencing, revision):
-            await touch(c, namespace, name, cloud_init.CLOUD_INIT_REVISION_ANNOTATION, revision)
+            await c.bell.ring(namespace, name, Reason.CLOUD_INIT, revision)
 
 
 def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> None:
@@ -226,7 +227,7 @@ def _register_instance_watch(registry: kopf.OperatorRegistry, c: Components) -> 
         if seen is None or proxy is None or proxy["metadata"].get("deletionTimestamp"):
             return
         meta = proxy["metadata"]
-        await touch(c, meta["namespace"], meta["name"], INSTANCE_STATE_ANNOTATION, seen.signature)
+        await c.bell.ring(meta["namespace"], meta["name"], Reason.INSTANCE, seen.signature)
 
 
 async def _release(c: Components, body: kopf.Body) -> None:
@@ -311,11 +312,6 @@ def reconcile_requested(body: Mapping[str, Any]) -> str | None:
     if request and request != annotations.get(RECONCILE_HANDLED_ANNOTATION):
         return str(request)
     return None
-
-
-async def touch(c: Components, namespace: str, name: str, annotation: str, value: str) -> None:
-    """Set one annotation on a Proxy, which makes kopf run its update handlers."""
-    await annotate(c.client, PROXIES.path(namespace, name), annotation, value)
 
 
 async def _observe(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from egress_proxies.model import Mode
-from egress_proxies.operator.shard import Shard, selects
+from egress_proxies.proxies.sharding import Shard, selects
 
 Filter = Callable[..., bool]
 

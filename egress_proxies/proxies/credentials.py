@@ -14,10 +14,11 @@ from typing import Any
 
 from egress_proxies.kube import ConflictError, NotFoundError
 from egress_proxies.kube.resources import SECRETS
-from egress_proxies.model import GROUP, KIND, UID_LABEL, VERSION
-from egress_proxies.operator.ports import ApiClient
+from egress_proxies.model import GROUP, KIND, VERSION
+from egress_proxies.proxies.ports import ApiClient
 from egress_proxies.stacks.naming import instance_name
 from egress_proxies.values import ProxyCredentials
+from egress_proxies.vocabulary import UID_LABEL
 
 USERNAME = "crawler"
 

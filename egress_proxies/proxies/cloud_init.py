@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from egress_proxies.model import CLOUD_INIT_LABEL, GROUP
+from egress_proxies.vocabulary import CLOUD_INIT_LABEL, CLOUD_INIT_REVISION_ANNOTATION
 
 CLOUD_INIT_KEY = "user-data"
-CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"
 DELETED = "deleted"  # the revision a deleted Secret is passed on as
 
 

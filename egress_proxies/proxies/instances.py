@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from egress_proxies.model import UID_LABEL
 from egress_proxies.providers.instance import InstanceObservation
 from egress_proxies.providers.pods import gone, observe_pod, pod_instance_id
+from egress_proxies.vocabulary import UID_LABEL
 
 _KEPT_PER_PROXY = 3  # the current pod, the one it replaces, and a tombstone
 

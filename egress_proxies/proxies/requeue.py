@@ -1,4 +1,4 @@
-"""Look at a Proxy again later: a timer per Proxy that touches an annotation when it fires.
+"""Look at a Proxy again later: a timer per Proxy that rings it (`wakeup.py`) when it fires.
 
 The state machine's `retry_after` ends up here rather than in a kopf
 TemporaryError: kopf keeps a delayed handler asleep even when a new event
