@@ -1,4 +1,4 @@
-"""bench/cpu.py counts what it names: dead processes in their tree, pulumi in its cgroup."""
+"""The CPU meter (harness/benchkit/cpu.py): dead processes in their tree, pulumi in its group."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cpu import CLI, OPERATOR, PLUGIN, WORKER, CpuMeter, pulumi_groups
+from harness.benchkit.cpu import CLI, OPERATOR, PLUGIN, WORKER, CpuMeter, pulumi_groups
 
 BURN = """\
 import sys, time
