@@ -15,9 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import PROXY_POOLS
@@ -25,6 +23,7 @@ from egress_proxies.vocabulary import POOL_LABEL
 from harness.census import ProxyCensus
 from harness.cluster import ClusterHandle, wait_for
 from harness.operator import OperatorProcess, new_operator, proxy_path
+from harness.operator_metrics import converged_rounds
 from harness.origins import Origin, serve_origin
 from tests.conftest import RESTRICTED
 
@@ -99,25 +98,6 @@ async def create_pool(kube: KubeClient, namespace: str, body: dict[str, Any]) ->
         return True
 
     await wait_for(created, timeout=60, interval=0.5)
-
-
-async def converged_rounds(operator: OperatorProcess, pool: str) -> float:
-    """The running operator's converged rounds of `pool` (its metrics start at 0 each start)."""
-    try:
-        async with aiohttp.ClientSession() as session, session.get(operator.metrics_url) as got:
-            text = await got.text()
-    except aiohttp.ClientError:
-        return 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if (
-                sample.name == "egress_proxies_pool_rounds_total"
-                and labels.get("pool") == pool
-                and labels.get("outcome") == "converged"
-            ):
-                return float(sample.value)
-    return 0.0
 
 
 async def begun(census: ProxyCensus, what: str) -> None:

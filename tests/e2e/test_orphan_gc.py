@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -68,17 +67,20 @@ async def test_only_old_labelled_orphans_are_deleted(
     kube: KubeClient, namespace: str, operator: OperatorProcess
 ) -> None:
     pods = f"/api/v1/namespaces/{namespace}/pods"
+    swept_before = sweeps(operator)
     await kube.create(pods, stray_pod("old-orphan", {UID_LABEL: "no-such-proxy-1"}))
     await kube.create(pods, stray_pod("unlabelled", {"app": "other"}))
-    await asyncio.sleep(21)
-    await kube.create(pods, stray_pod("young-orphan", {UID_LABEL: "no-such-proxy-2"}))
 
     async def old_one_gone() -> bool:
         return "old-orphan" not in await pod_names(kube, namespace)
 
-    await wait_for(old_one_gone, timeout=30)
+    # Deleted once older than the minimum age (20 s), by a sweep every 3 s:
+    # the sweeps before that one saw it young and kept it.
+    await wait_for(old_one_gone, timeout=60)
+    assert sweeps(operator) - swept_before >= 2
+    await kube.create(pods, stray_pod("young-orphan", {UID_LABEL: "no-such-proxy-2"}))
     seen = sweeps(operator)
-    await wait_for(lambda: _at_least(operator, seen + 1), timeout=30)
+    await wait_for(lambda: _at_least(operator, seen + 2), timeout=30)
     assert await pod_names(kube, namespace) == ["unlabelled", "young-orphan"]
     assert "WARNING: GC deleting orphaned instance" in operator.log_text()
     assert f"pods/{namespace}/old-orphan" in operator.log_text()

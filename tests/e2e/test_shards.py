@@ -8,7 +8,6 @@ tests of this module, which run in order.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -31,6 +30,7 @@ from harness.operator import (
     wait_for_condition,
     wait_gone,
 )
+from harness.operator_metrics import gc_sweeps
 from harness.origins import serve_origin
 from harness.redis import RedisServer
 from harness.tier import DiscoveryProcess
@@ -250,7 +250,12 @@ async def test_neither_shards_gc_touches_the_others(
         assert f"orphan-{other}" not in log
         assert "orphan-unsharded" not in log
     # Several sweeps of each shard after the minimum age: b's live pod is untouched.
-    await asyncio.sleep(8)
+    counted = {shard: gc_sweeps(process) for shard, process in shards.items()}
+
+    async def two_more_sweeps_each() -> bool:
+        return all(gc_sweeps(shards[shard]) >= n + 2 for shard, n in counted.items())
+
+    await wait_for(two_more_sweeps_each, timeout=60, interval=0.5)
     remaining = await pod_names(kube, ns)
     assert "orphan-unsharded" in remaining
     for name, uid in live_b.items():
