@@ -10,7 +10,7 @@ browser driver, httpx) can use them; `site.call` runs a function on that
 loop. The real Fleet, lease store, console and discovery app run; what
 stands in for the API server is `FleetApi`: the console's writes (a merge
 patch) land in the Fleet as the watch would deliver them
-(tests/e2e/test_console_live.py runs the console against the real one).
+(tests/console/test_console_live.py runs the console against the real one).
 """
 
 from __future__ import annotations
