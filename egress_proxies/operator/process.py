@@ -48,7 +48,8 @@ from egress_proxies.pools import DemandBook, PoolComponents, PoolController, reg
 from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
-from egress_proxies.proxies.handlers import Components, event_poster, register
+from egress_proxies.proxies.components import Components, event_poster
+from egress_proxies.proxies.handlers import register
 from egress_proxies.proxies.health_status import HealthStatusPump, never_paused
 from egress_proxies.proxies.instances import InstanceCache
 from egress_proxies.proxies.requeue import Requeue

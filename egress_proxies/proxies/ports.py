@@ -1,6 +1,6 @@
 """The seams of the handler shell: what it needs from the API server, the stacks and the status.
 
-`handlers.py` is typed against these Protocols, not against `KubeClient`,
+`shell.py` is typed against these Protocols, not against `KubeClient`,
 `StackRunner` and `StatusWriter`, so its unit tests run it over small fakes
 while the e2e tests run it over the real ones.
 """

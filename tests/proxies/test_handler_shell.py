@@ -46,19 +46,16 @@ from egress_proxies.providers.instance import InstanceHealth, InstanceObservatio
 from egress_proxies.providers.pods import pod_instance_id
 from egress_proxies.proxies import handlers
 from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies import shell as shell_module
 from egress_proxies.proxies.backoff import RetryPolicy
+from egress_proxies.proxies.components import Components
 from egress_proxies.proxies.credentials import credentials_secret_name
-from egress_proxies.proxies.handlers import (
-    Components,
-    _remove_instance,
-    delete_proxy,
-    reconcile_proxy,
-    register,
-)
+from egress_proxies.proxies.handlers import register
 from egress_proxies.proxies.instances import InstanceCache
 from egress_proxies.proxies.ports import JsonObject
 from egress_proxies.proxies.requeue import Requeue
 from egress_proxies.proxies.sharding import Shard
+from egress_proxies.proxies.shell import _remove_instance, delete_proxy, reconcile_proxy
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backend import StackState
 from egress_proxies.stacks.errors import classify
@@ -380,7 +377,7 @@ async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
         "crawl", "p1", "uid-1", 1, ProxySpec.model_validate(GCE), ProxyStatus()
     )
 
-    with caplog.at_level(logging.WARNING, logger="egress_proxies.proxies.handlers"):
+    with caplog.at_level(logging.WARNING, logger="egress_proxies.proxies.shell"):
         removing = asyncio.create_task(_remove_instance(shell.components, view, dead))
         while not removing.done() and shell.clock.monotonic() < 120:
             await asyncio.sleep(0)
@@ -480,30 +477,31 @@ async def walk(
 
 
 @pytest.mark.parametrize("shard", [None, SHARD_A], ids=["unsharded", "sharded"])
-async def test_a_proxys_walk_from_kopf_event_to_status_write_enters_handlers_py_twice(
+async def test_a_proxys_walk_from_kopf_event_to_status_write_enters_the_shell_twice(
     shell: Shell, shard: Shard | None
 ) -> None:
-    """Control passes into handlers.py once per kopf handler: the event's, then the creation's.
+    """Control passes into the shell once per kopf handler: the event's, then the creation's.
 
-    Checked with sys.setprofile over kopf's own matching and invocation
-    (`walk`): a 'call' of a frame in handlers.py whose caller is not in
-    handlers.py is one entry (so is a suspended coroutine resumed by the
-    loop). The filters kopf calls (`filters.py`) and the rules the handlers
-    ask (`reconcile.py`, `shard.py`, `cloud_init.py`) live elsewhere, so a
+    The shell is the kopf registration (handlers.py) and what it runs
+    (shell.py). Checked with sys.setprofile over kopf's own matching and
+    invocation (`walk`): a 'call' of a frame in either file whose caller is in
+    neither is one entry (so is a suspended coroutine resumed by the loop).
+    The filters kopf calls (`filters.py`) and the rules the shell asks
+    (`reconcile.py`, `sharding.py`, `cloud_init.py`) live elsewhere, so a
     decision taken back in the shell between them would show as an entry.
     """
     registry = kopf.OperatorRegistry()
     shell.components.shard = shard
     register(registry, shell.components)
-    shell_file = handlers.__file__
+    shell_files = {handlers.__file__, shell_module.__file__}
     entries: list[str] = []
 
     def count(frame: types.FrameType, what: str, arg: object) -> None:
         caller = frame.f_back
         if (
             what == "call"
-            and frame.f_code.co_filename == shell_file
-            and (caller is None or caller.f_code.co_filename != shell_file)
+            and frame.f_code.co_filename in shell_files
+            and (caller is None or caller.f_code.co_filename not in shell_files)
         ):
             entries.append(frame.f_code.co_name)
 

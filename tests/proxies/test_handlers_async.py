@@ -14,7 +14,8 @@ from typing import Any
 import kopf
 import pytest
 
-from egress_proxies.proxies.handlers import Components, register
+from egress_proxies.proxies.components import Components
+from egress_proxies.proxies.handlers import register
 
 pytestmark = pytest.mark.unit
 
