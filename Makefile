@@ -26,13 +26,13 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q tests/unit/test_kube_addressing.py tests/unit/test_env_access.py
+	$(PY) -m pytest -q tests/kube/test_kube_addressing.py tests/house/test_env_access.py
 
 typecheck: venv
 	$(VENV)/bin/mypy
 
 unit: venv
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -m unit
 
 tools:
 	@bash tools/build.sh

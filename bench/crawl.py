@@ -39,9 +39,14 @@ from pathlib import Path
 import httpx
 from egress_proxies_client import AsyncLease, AsyncPool, NoProxyAvailableError, ProxyBannedError
 
-from bench.cluster import add_cluster_arguments, create_namespace, delete_namespace, dev_cluster
-from bench.reconcile import Descendants, Progress, running, wait_operator_up
 from egress_proxies.devcluster import KubeClient
+from harness.benchkit.cluster import (
+    add_cluster_arguments,
+    create_namespace,
+    delete_namespace,
+    dev_cluster,
+)
+from harness.benchkit.operators import Descendants, Progress, running, wait_operator_up
 from harness.crawl_site import SPIDER, Site, serve_site
 from harness.operator import managed_proxy, proxy_path, wait_for_condition
 from harness.origins import serve_origin

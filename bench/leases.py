@@ -91,6 +91,7 @@ from egress_proxies.model import HealthCheck
 from egress_proxies.stacks.inputs import ProxyCredentials
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
 from egress_proxies.telemetry.tracing import Spans
+from harness.benchkit.lease_client import TOKEN, Client
 from harness.redis import RedisServer
 
 FLEET_SIZES = (100, 1_000, 10_000)
@@ -110,7 +111,6 @@ TIMED = "timed"  # the 1,000-proxy app with the in-server timing, measured on it
 FLOOR = "floor"  # aiohttp alone answering the lease and release requests' shapes
 FLOOR_LEASE_ID = LeaseId("A" * 22)
 ROUND_TRIP_PAIRS = 50
-TOKEN = "bench-token-0123456789abcdef"
 LEASE_BODY = json.dumps(
     {"selector": {"pool": "bench"}, "ttlSeconds": 300, "target": "example.com"}
 ).encode()
@@ -300,38 +300,6 @@ async def _serve(conn: Connection, tokens_dir: Path, redis_url: str) -> None:
         await runner.cleanup()
     for store in stores.values():
         await store.close()
-
-
-class Client:
-    """One keep-alive HTTP/1.1 connection; just enough client to load the server."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader, self._writer = reader, writer
-
-    @classmethod
-    async def connect(cls, port: int) -> Client:
-        """Open a connection to 127.0.0.1:port."""
-        return cls(*await asyncio.open_connection("127.0.0.1", port))
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        """Send one request, return the status and body."""
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        self._writer.write(head.encode() + body)
-        status = int((await self._reader.readline()).split()[1])
-        length = 0
-        while (line := await self._reader.readline()) != b"\r\n":
-            name, _, value = line.partition(b":")
-            if name.lower() == b"content-length":
-                length = int(value)
-        return status, await self._reader.readexactly(length)
-
-    def close(self) -> None:
-        """Close the connection."""
-        self._writer.close()
 
 
 Work = Callable[[Client], Awaitable[None]]

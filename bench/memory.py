@@ -47,14 +47,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import (
+from egress_proxies.devcluster import KubeClient
+from egress_proxies.devcluster.node import image_ref
+from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS
+from egress_proxies.model import GROUP, VERSION, ProxySpec
+from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
+from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, pod_spec
+from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
+from egress_proxies.telemetry.memory import FRAMES_ENV
+from harness.benchkit.cluster import (
     BenchCluster,
     add_cluster_arguments,
     create_namespace,
     delete_namespace,
     dev_cluster,
 )
-from bench.reconcile import (
+from harness.benchkit.operators import (
     OPERATOR_ENV,
     POLL_MANY,
     PROGRESS_EVERY,
@@ -70,14 +78,6 @@ from bench.reconcile import (
     running,
     wait_operator_up,
 )
-from egress_proxies.devcluster import KubeClient
-from egress_proxies.devcluster.node import image_ref
-from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS
-from egress_proxies.model import GROUP, VERSION, ProxySpec
-from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
-from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, pod_spec
-from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
-from egress_proxies.telemetry.memory import FRAMES_ENV
 from harness.cluster import wait_for
 from harness.operator import OperatorProcess, proxy_path
 from harness.origins import serve_origin

@@ -19,7 +19,7 @@ the health probes fetch through the proxies, and the real operator
    machine, whatever its load.
 
 CPU seconds per Proxy are printed beside the times, split by process
-(bench/cpu.py: the operator, its stack worker, the pulumi CLI, the
+(harness/benchkit/cpu.py: the operator, its stack worker, the pulumi CLI, the
 kubernetes plugin; the dev cluster, this process and every other process
 apart), with their sum beside the machine's busy CPU (/proc/stat) in the
 same window. `--smoke`: one timed Proxy and a pool of 2, in a minute or so.
@@ -37,9 +37,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import add_cluster_arguments, create_namespace, delete_namespace, dev_cluster
-from bench.cpu import Window
-from bench.reconcile import (
+from egress_proxies.devcluster import KubeClient
+from egress_proxies.kube.resources import PROXY_POOLS
+from egress_proxies.model import GROUP, VERSION
+from harness.benchkit.cluster import (
+    add_cluster_arguments,
+    create_namespace,
+    delete_namespace,
+    dev_cluster,
+)
+from harness.benchkit.cpu import Window
+from harness.benchkit.operators import (
     CONCURRENCY,
     CPU_BY_PROCESS,
     CPU_SUM,
@@ -52,9 +60,6 @@ from bench.reconcile import (
     summed,
     wait_operator_up,
 )
-from egress_proxies.devcluster import KubeClient
-from egress_proxies.kube.resources import PROXY_POOLS
-from egress_proxies.model import GROUP, VERSION
 from harness.operator import proxy_path, wait_gone
 from harness.origins import serve_origin
 

@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.cluster import add_cluster_arguments, create_namespace, dev_cluster
-from bench.leases import TOKEN, Client
 from egress_proxies.kube import KubeClient
 from egress_proxies.kube.resources import NAMESPACES
+from harness.benchkit.cluster import add_cluster_arguments, create_namespace, dev_cluster
+from harness.benchkit.lease_client import TOKEN, Client
 from harness.cluster import wait_for
 from harness.operator import proxy_path
 from harness.redis import RedisServer

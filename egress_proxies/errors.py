@@ -37,7 +37,7 @@
 
 Where a standard base says what kind of error it is (ValueError for bad
 input), the class keeps it as well, so `except ValueError` still works.
-`tests/unit/test_error_root.py` fails if a new exception class skips the
+`tests/house/test_error_root.py` fails if a new exception class skips the
 root, or if this drawing and the classes disagree (a class, its module, its
 parent or its standard base).
 """

@@ -19,14 +19,6 @@ KIND = "Proxy"
 PLURAL = "proxies"
 SHORT_NAME = "px"
 
-UID_LABEL = f"{GROUP}/proxy-uid"
-# Marks the Secret an External Proxy names for its credentials, so watches can select it.
-EXTERNAL_CREDENTIALS_LABEL = f"{GROUP}/proxy-credentials"
-CLOUD_INIT_LABEL = f"{GROUP}/cloud-init"
-SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
-FINALIZER = f"{GROUP}/finalizer"
-# On everything a sharded operator creates (pods, ConfigMaps, Secrets): the shard's name.
-SHARD_LABEL = f"{GROUP}/shard"
 
 # The squid image of a kubernetes Proxy that names none (the operator's --squid-image default).
 DEFAULT_SQUID_IMAGE = "ubuntu/squid:6.10-24.10_beta"

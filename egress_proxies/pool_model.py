@@ -8,21 +8,20 @@ banned and the old (rotation), and, when `spec.autoscale` is set, moves
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from egress_proxies.model import GROUP, Condition, ProxySpec
+from egress_proxies.model import Condition, ProxySpec
 
 POOL_KIND = "ProxyPool"
 POOL_PLURAL = "proxypools"
 POOL_SHORT_NAME = "pxp"
 
-POOL_LABEL = f"{GROUP}/pool"
-TEMPLATE_HASH_LABEL = f"{GROUP}/pool-template-hash"
-# Set (to the time it started) on a Proxy the pool is removing: it is leased no more.
-DRAINING_ANNOTATION = f"{GROUP}/draining"
 
 AVAILABLE = "Available"
 PROGRESSING = "Progressing"
@@ -192,3 +191,9 @@ class ProxyPoolStatus(_Model):
     """When the autoscaler last changed `replicas` (RFC 3339)."""
     conditions: list[Condition] = []
     """Available, Progressing, ScalingLimited, and the summary Ready, Reconciling and Stalled."""
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """A short, stable hash of a pool's template as stored (defaults included)."""
+    document = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(document.encode()).hexdigest()[:10]

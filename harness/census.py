@@ -23,7 +23,7 @@ from typing import Any
 
 from egress_proxies.kube import KubeClient
 from egress_proxies.kube.resources import PROXIES
-from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_LABEL
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
 
 
 class CensusGapError(AssertionError):

@@ -10,7 +10,7 @@ browser driver, httpx) can use them; `site.call` runs a function on that
 loop. The real Fleet, lease store, console and discovery app run; what
 stands in for the API server is `FleetApi`: the console's writes (a merge
 patch) land in the Fleet as the watch would deliver them
-(tests/e2e/test_console_live.py runs the console against the real one).
+(tests/console/test_console_live.py runs the console against the real one).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from egress_proxies.events import Regarding
 from egress_proxies.kube import NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
 from egress_proxies.leases import LeaseLimits, LeaseStore, MemoryLeaseStore
-from egress_proxies.pool_model import POOL_LABEL
+from egress_proxies.vocabulary import POOL_LABEL
 
 Result = TypeVar("Result")
 _uids = itertools.count(1)

@@ -1,40 +1,55 @@
-"""Shared fixtures: a session-scoped dev cluster, a namespace per test, a Pulumi backend."""
+"""Shared fixtures: a session-scoped dev cluster, a namespace per test, a Pulumi backend,
+origins to probe through a proxy, and the operator as a process."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import datetime
 import os
 import secrets
 import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
+import yaml
 
 from egress_proxies import toolchain
+from egress_proxies.clock import ManualClock
 from egress_proxies.kube import KubeClient, NotFoundError
 from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
+from egress_proxies.settings import RunSettings
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
-from harness.origins import use_origin_host
+from harness.operator import OperatorProcess, new_operator
+from harness.origins import Origin, serve_origin, use_origin_host
 from harness.redis import RedisServer
 
 __all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
 
-# Tests are grouped by how much they start: unit (nothing), integration (real
-# processes on loopback: squid, the dev cluster, pulumi), e2e (the operator as a
-# process). `make test` runs them all; `pytest -m "not e2e"` is the quick loop.
-_KINDS = ("unit", "integration", "e2e", "client")
+# Tests are grouped by concept (tests/proxies, tests/pools, ...), and each
+# module names its layer, by how much it starts, with `pytestmark`: unit
+# (nothing), client (a real discovery API for the crawler client), integration
+# (real processes on loopback: squid, the dev cluster, pulumi), e2e (the
+# operator as a process). `make test` runs them all; `pytest -m unit` and
+# `pytest -m "not e2e"` are the quick loops.
+LAYERS = ("unit", "client", "integration", "e2e")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the kind of its directory (tests/<kind>/...)."""
+    """Refuse a test module that names no layer, or more than one."""
     for item in items:
-        for kind in _KINDS:
-            if f"/tests/{kind}/" in str(item.path):
-                item.add_marker(getattr(pytest.mark, kind))
+        layers = {mark.name for mark in item.iter_markers() if mark.name in LAYERS}
+        if len(layers) != 1:
+            raise pytest.UsageError(
+                f"{item.path}: a test module names exactly one layer with "
+                f"`pytestmark = pytest.mark.<layer>` (one of {', '.join(LAYERS)}); "
+                f"found {sorted(layers) or 'none'}"
+            )
 
 
 # How long a test's own tasks get to finish after its fixtures are torn down.
@@ -133,8 +148,12 @@ async def create_namespace(
 
 @pytest.fixture
 async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    """A fresh namespace with its default ServiceAccount; deleted (not awaited) afterwards."""
-    name = await create_namespace(kube, request)
+    """A fresh namespace with its default ServiceAccount; deleted (not awaited) afterwards.
+
+    An e2e test's enforces Pod Security "restricted": a regression is rejected.
+    """
+    restricted = request.node.get_closest_marker("e2e") is not None
+    name = await create_namespace(kube, request, RESTRICTED if restricted else None)
     yield name
     await kube.delete(NAMESPACES.path(name=name))
 
@@ -203,3 +222,102 @@ def own_redis() -> Iterator[RedisServer]:
     """A redis-server of this test's own, for tests that stop, freeze or restart it."""
     with RedisServer(password=secrets.token_urlsafe(12)) as server:
         yield server
+
+
+# --- processes the integration tests serve beside the product --------------------------------
+
+
+@pytest.fixture
+def offline_operator_settings(tmp_path: Path) -> RunSettings:
+    """Settings for an operator that is built, or run with kopf stood in, but reaches no cluster.
+
+    Its API server address is one where nothing listens. The settings are the given
+    values over the defaults: no variable of the test's environment reaches them.
+    """
+    kubeconfig = tmp_path / "kubeconfig"
+    cluster = {
+        "server": "https://127.0.0.1:1",
+        "certificate-authority-data": base64.b64encode(b"unused").decode(),
+    }
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "dev",
+                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "dev"}}],
+                "clusters": [{"name": "dev", "cluster": cluster}],
+                "users": [{"name": "dev", "user": {"token": "not-used"}}],
+            }
+        )
+    )
+    return RunSettings.model_validate(
+        {"state_dir": tmp_path / "state", "kubeconfig": kubeconfig, "standalone": True}
+    )
+
+
+@pytest.fixture(scope="module")
+async def http_origin() -> AsyncIterator[Origin]:
+    """A plain HTTP origin, one per test module."""
+    async with serve_origin() as origin:
+        yield origin
+
+
+@pytest.fixture(scope="module")
+async def https_origin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Origin]:
+    """An HTTPS origin with a CA of its own (`client_ssl` trusts it), one per test module."""
+    async with serve_origin(tmp_path_factory.mktemp("origin-tls")) as origin:
+        yield origin
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as client:
+        yield client
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Virtual time from the real wall time, which google-auth stamps a token's expiry with."""
+    return ManualClock(wall=datetime.datetime.now(datetime.UTC))
+
+
+# --- the operator as a process (e2e) ------------------------------------------------------------
+
+
+@pytest.fixture
+def operator(
+    dev_cluster: ClusterHandle, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The operator watching the test's namespace, as the dev cluster's admin.
+
+    `@pytest.mark.operator_env(NAME="value")` adds environment for one test.
+    """
+    marker = request.node.get_closest_marker("operator_env")
+    process = new_operator(
+        dev_cluster.kubeconfig, namespace, tmp_path, marker.kwargs if marker else None
+    )
+    process.start()
+    yield process
+    process.stop()
+
+
+PodRow = tuple[str, str, str, str]
+PodLister = Callable[[], Awaitable[list[PodRow]]]
+
+
+@pytest.fixture
+async def squid_pods(kube: KubeClient, namespace: str) -> AsyncIterator[PodLister]:
+    """A function listing the namespace's pods as (name, uid, podIP, phase)."""
+
+    async def pods() -> list[tuple[str, str, str, str]]:
+        listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+        return [
+            (
+                p["metadata"]["name"],
+                p["metadata"]["uid"],
+                (p.get("status") or {}).get("podIP", ""),
+                (p.get("status") or {}).get("phase", ""),
+            )
+            for p in listing["items"]
+        ]
+
+    yield pods

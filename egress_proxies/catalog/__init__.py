@@ -21,8 +21,8 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_LABEL
 from egress_proxies.values import ProxyCredentials, ProxyKey, proxy_key
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
 
 __all__ = ["ProxyCatalog", "ProxyKey", "ProxyRecord", "proxy_key", "record_from_body"]
 

@@ -18,7 +18,7 @@ from egress_proxies.clock import Clock
 from egress_proxies.kube.reflector import ListWatchClient, Reflector
 from egress_proxies.kube.resources import PROXIES, SECRETS
 from egress_proxies.kube.watches import Watches
-from egress_proxies.model import CLOUD_INIT_LABEL, EXTERNAL_CREDENTIALS_LABEL, UID_LABEL
+from egress_proxies.vocabulary import CLOUD_INIT_LABEL, EXTERNAL_CREDENTIALS_LABEL, UID_LABEL
 
 PROXIES_WATCH = "proxies"
 SECRETS_WATCH = "secrets"

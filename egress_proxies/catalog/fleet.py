@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key, record_from_body
 from egress_proxies.model import GROUP
-from egress_proxies.pool_model import POOL_LABEL
 from egress_proxies.values import ProxyCredentials
+from egress_proxies.vocabulary import POOL_LABEL
 
 SecretKey = tuple[str, str]  # (namespace, name)
 

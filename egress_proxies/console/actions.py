@@ -32,7 +32,8 @@ from egress_proxies.kube import KubeApiError, NotFoundError
 from egress_proxies.kube.resources import PROXIES, PROXY_POOLS
 from egress_proxies.leases import LeaseStore
 from egress_proxies.model import GROUP, KIND, VERSION
-from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
+from egress_proxies.pool_model import POOL_KIND
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,7 @@ from typing import Any
 import kopf
 
 from egress_proxies.model import GROUP, VERSION
-from egress_proxies.pool_model import POOL_PLURAL
-from egress_proxies.pools.controller import template_hash
+from egress_proxies.pool_model import POOL_PLURAL, template_hash
 
 
 @dataclass(frozen=True)

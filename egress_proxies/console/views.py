@@ -18,7 +18,8 @@ from egress_proxies.console.pools import PoolView
 from egress_proxies.console.sampler import LATENCY, PACE
 from egress_proxies.leases import Cooling
 from egress_proxies.model import HEALTHY, READY
-from egress_proxies.pool_model import DRAINING_ANNOTATION, POOL_KIND, POOL_LABEL
+from egress_proxies.pool_model import POOL_KIND
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
 
 JsonObject = dict[str, Any]
 SPARKLINE_POINTS = 30

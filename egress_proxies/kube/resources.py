@@ -9,7 +9,7 @@ namespace, an object's name and a subresource:
     PROXIES.path()                       the Proxies of every namespace
     NAMESPACES.path(name="crawl")        /api/v1/namespaces/crawl
 
-`tests/unit/test_kube_addressing.py` keeps it the one place: it fails on an
+`tests/kube/test_kube_addressing.py` keeps it the one place: it fails on an
 API path spelled out anywhere else in the package, the harness or the benchmarks.
 """
 

@@ -6,7 +6,7 @@ they ended and forgotten from the front, with no heap and nothing allocated per
 lease but its slot in a dict, in a deque of ids and in an array of the times
 they are forgotten at. At a few thousand leases a second the window holds
 hundreds of thousands of them, so each byte kept per lease counts (248 bytes a
-released lease, 412 with a heap entry each; tests/unit/test_ended_leases.py).
+released lease, 412 with a heap entry each; tests/leases/test_ended_leases.py).
 
 Should the clock step backwards, a lease ended after the step is forgotten
 only once those ended before it are: a late report on it lands for up to the

@@ -3,7 +3,7 @@
 Two implementations: `MemoryLeaseStore` (one process, the embedded default) and
 `RedisLeaseStore` (shared by any number of API processes, survives restarts).
 `open_lease_store` picks one from a URL. Both keep the same semantics, proven by
-one parametrised suite (tests/integration/test_lease_store.py).
+one parametrised suite (tests/leases/test_lease_store.py).
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from egress_proxies import toolchain
 from egress_proxies.clock import Clock
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.model import ProviderName
-from egress_proxies.operator.backoff import RetryPolicy
-from egress_proxies.operator.handlers import Program
-from egress_proxies.operator.shard import Shard, shard_from_flags
+from egress_proxies.operator.shard import shard_from_flags
 from egress_proxies.providers.gcp import GceInventory
+from egress_proxies.proxies.backoff import RetryPolicy
+from egress_proxies.proxies.components import Program
+from egress_proxies.proxies.sharding import Shard
 from egress_proxies.settings import RunSettings
 from egress_proxies.stacks.programs import deferred
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner

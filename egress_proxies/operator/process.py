@@ -17,7 +17,7 @@ from egress_proxies.catalog import ProxyKey
 from egress_proxies.catalog.feed import PROXIES_WATCH, fleet_watches
 from egress_proxies.catalog.fleet import Fleet
 from egress_proxies.catalog.sinks import keep_all
-from egress_proxies.clock import Clock, SystemClock, k8s_micro_time
+from egress_proxies.clock import Clock, SystemClock
 from egress_proxies.console import (
     Console,
     ConsoleTokenDirectory,
@@ -32,8 +32,6 @@ from egress_proxies.gc.sweeper import Sweeper, always_sweep, list_live_proxies
 from egress_proxies.gc.watcher import InstanceWatcher
 from egress_proxies.health import HealthEngine, HttpProber
 from egress_proxies.kube import Credentials, KubeClient
-from egress_proxies.kube.client import annotate
-from egress_proxies.kube.resources import PROXIES
 from egress_proxies.leases import StoreUnavailableError, redact_url
 from egress_proxies.model import GROUP
 from egress_proxies.operator.adapters import TracedProber
@@ -43,26 +41,22 @@ from egress_proxies.operator.factories import (
     retry_policy,
     stack_runner,
 )
-from egress_proxies.operator.handlers import (
-    REQUEUE_ANNOTATION,
-    Components,
-    event_poster,
-    register,
-    touch,
-)
-from egress_proxies.operator.health_status import HealthStatusPump, never_paused
-from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.login import register_login
 from egress_proxies.operator.peering import CachedGate, Peering, peer_identity
-from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
-from egress_proxies.operator.requeue import Requeue
-from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
+from egress_proxies.operator.shard import ShardError, bind_state_dir
 from egress_proxies.operator.state_dir import StateDirClaim
-from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
+from egress_proxies.proxies.components import Components, event_poster
+from egress_proxies.proxies.handlers import register
+from egress_proxies.proxies.health_status import HealthStatusPump, never_paused
+from egress_proxies.proxies.instances import InstanceCache
+from egress_proxies.proxies.requeue import Requeue
+from egress_proxies.proxies.sharding import Shard
+from egress_proxies.proxies.status import StatusWriter
+from egress_proxies.proxies.wakeup import Bell, Reason
 from egress_proxies.settings import RunSettings
 from egress_proxies.stacks.errors import classify
 from egress_proxies.telemetry.memory import HeapTrimmer
@@ -105,6 +99,7 @@ class Operator:
         self.clock = clock or SystemClock()
         self.credentials = Credentials.load(settings.kubeconfig)
         self.client = KubeClient(self.credentials)
+        self.bell = Bell(self.client, self.clock)
         self.fleet = Fleet()
         self.watches = fleet_watches(
             self.client,
@@ -175,7 +170,7 @@ class Operator:
             self.client,
             self.runner,
             inventories,
-            self._request_reconcile,
+            self.bell.recreate,
             namespaces=tuple(settings.namespaces),
             allow_namespaced=settings.gc_allow_namespaced,
             interval=datetime.timedelta(seconds=settings.gc_interval),
@@ -193,7 +188,7 @@ class Operator:
                 functools.partial(list_live_proxies, self.client, tuple(settings.namespaces)),
                 self.runner.backend,
                 inventories[-1],
-                self._request_reconcile,
+                self.bell.recreate,
                 interval=datetime.timedelta(seconds=settings.gce_watch_interval),
                 gate=self.peering.sweep_blocker if self.peering else always_sweep,
                 clock=self.clock,
@@ -202,7 +197,7 @@ class Operator:
             else None
         )
         self.registry = kopf.OperatorRegistry()
-        self.requeue = Requeue(self._touch_requeue, self.clock)
+        self.requeue = Requeue(self.bell.ringer(Reason.RETRY), self.clock)
         self.components = Components(
             client=self.client,
             runner=self.runner,
@@ -273,18 +268,8 @@ class Operator:
             f"{self.writer!r} {peering!r}>"
         )
 
-    async def _touch_requeue(self, namespace: str, name: str, stamp: str) -> None:
-        await touch(self.components, namespace, name, REQUEUE_ANNOTATION, stamp)
-
     async def _proxy_gone(self, key: ProxyKey) -> None:
         await self.served_leases.forget_proxy(key)
-
-    async def _request_reconcile(self, namespace: str, name: str) -> None:
-        """Ask the handlers (the only stack writers) to run `up` for a Proxy again."""
-        stamp = k8s_micro_time(self.clock.utcnow())
-        await annotate(
-            self.client, PROXIES.path(namespace, name), RECONCILE_REQUEST_ANNOTATION, stamp
-        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run kopf, the health engine and the status pump until `stop` is set.

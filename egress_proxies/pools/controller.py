@@ -13,8 +13,6 @@ here), so it is never repeated under another name.
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -34,18 +32,17 @@ from egress_proxies.model import (
     PROVISIONED,
 )
 from egress_proxies.pool_model import (
-    DRAINING_ANNOTATION,
     POOL_KIND,
-    POOL_LABEL,
-    TEMPLATE_HASH_LABEL,
     Demand,
     ProxyPoolSpec,
     ProxyPoolStatus,
+    template_hash,
 )
 from egress_proxies.pools import autoscale
 from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.demand import DemandBook
 from egress_proxies.pools.plan import Member, Plan, plan
+from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL, TEMPLATE_HASH_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +109,6 @@ class _Expectations:
     created: dict[str, _Created] = field(default_factory=dict)
     drained: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> since
     deleted: dict[str, datetime.datetime] = field(default_factory=dict)  # name -> until
-
-
-def template_hash(template: Mapping[str, Any]) -> str:
-    """A short, stable hash of a pool's template as stored (defaults included)."""
-    document = json.dumps(template, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(document.encode()).hexdigest()[:10]
 
 
 def parse_time(value: str | None) -> datetime.datetime | None:

@@ -6,8 +6,8 @@ Speaks the subset of the Compute REST API it needs over aiohttp:
 
 Kubernetes label keys such as `crawl.example.com/proxy-uid` are not valid GCP
 label keys (only `[a-z0-9_-]`), so a VM carries its Proxy's UID under
-`UID_LABEL_KEY`: the VM program sets it and this inventory filters on it. A
-sharded operator's VMs also carry `SHARD_LABEL_KEY`, and its inventory keeps
+`GCE_UID_LABEL`: the VM program sets it and this inventory filters on it. A
+sharded operator's VMs also carry `GCE_SHARD_LABEL`, and its inventory keeps
 only those (an unsharded one only VMs without it), so a shard's GC never
 judges another shard's VMs.
 
@@ -34,12 +34,11 @@ from egress_proxies.providers.inventory import (
     PartialFailure,
     TaggedInstance,
 )
+from egress_proxies.vocabulary import GCE_SHARD_LABEL, GCE_UID_LABEL
 
-UID_LABEL_KEY = "egress-proxies-uid"
 if TYPE_CHECKING:
     from egress_proxies.providers.gcp_auth import AccessTokens
 
-SHARD_LABEL_KEY = "egress-proxies-shard"
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 
 _PAGE_SIZE = 500
@@ -90,7 +89,7 @@ def _error_message(body: Any) -> str:
 
 
 class GceInventory:
-    """The VMs of one GCP project that carry `UID_LABEL_KEY`, across all zones."""
+    """The VMs of one GCP project that carry `GCE_UID_LABEL`, across all zones."""
 
     def __init__(
         self,
@@ -164,7 +163,7 @@ class GceInventory:
 
     async def _list_page(self, page_token: str) -> dict[str, Any]:
         params = {
-            "filter": f"labels.{UID_LABEL_KEY}:*",
+            "filter": f"labels.{GCE_UID_LABEL}:*",
             "maxResults": str(_PAGE_SIZE),
             "returnPartialSuccess": "true",
         }
@@ -203,7 +202,7 @@ def _page_instances(page: dict[str, Any], shard: str | None) -> list[TaggedInsta
     """The labelled VMs of one aggregatedList page that belong to `shard`, from every zone."""
     scoped_lists = _dict(page.get("items")).values()
     raws = [_dict(raw) for scoped in scoped_lists for raw in _dict(scoped).get("instances") or []]
-    mine = [raw for raw in raws if _dict(raw.get("labels")).get(SHARD_LABEL_KEY) == shard]
+    mine = [raw for raw in raws if _dict(raw.get("labels")).get(GCE_SHARD_LABEL) == shard]
     return [tagged for raw in mine if (tagged := _tagged_instance(raw)) is not None]
 
 
@@ -222,7 +221,7 @@ def _page_failures(page: dict[str, Any]) -> list[PartialFailure]:
 
 def _tagged_instance(raw: dict[str, Any]) -> TaggedInstance | None:
     """A labelled VM from its Compute resource; None without the label (never ours to judge)."""
-    uid = _dict(raw.get("labels")).get(UID_LABEL_KEY)
+    uid = _dict(raw.get("labels")).get(GCE_UID_LABEL)
     if not uid:
         return None
     try:

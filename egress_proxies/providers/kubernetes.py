@@ -14,7 +14,7 @@ from typing import Any
 from egress_proxies.clock import parse_k8s_time
 from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS, Resource
-from egress_proxies.model import SHARD_LABEL, UID_LABEL, ProviderName
+from egress_proxies.model import ProviderName
 from egress_proxies.providers.inventory import (
     InstanceId,
     InstanceState,
@@ -22,6 +22,7 @@ from egress_proxies.providers.inventory import (
     InventoryListing,
     TaggedInstance,
 )
+from egress_proxies.vocabulary import SHARD_LABEL, UID_LABEL
 
 KINDS: dict[str, Resource] = {kind.plural: kind for kind in (PODS, CONFIG_MAPS, SECRETS)}
 

@@ -7,7 +7,7 @@ composition root passes: logging (`EGRESS_PROXIES_LOG_FORMAT`,
 (`EGRESS_PROXIES_TRACEMALLOC_*`), the peer identity (`POD_ID`), the stack
 passphrase (`EGRESS_PROXIES_PASSPHRASE_FILE`, `PULUMI_CONFIG_PASSPHRASE`),
 the pulumi root (`EGRESS_PROXIES_PULUMI_ROOT`) and the `PATH` pulumi's
-providers run with. `tests/unit/test_env_access.py` keeps every other read
+providers run with. `tests/house/test_env_access.py` keeps every other read
 of `os.environ` out of the product.
 """
 

@@ -46,7 +46,7 @@ class _FileBackedStack(auto.Stack):
     `info()`, which pulumi's `up`, `refresh` and `destroy` call after the
     command: the public API would start three more CLI processes per
     operation. This leans on pulumi internals on purpose;
-    tests/unit/test_file_backed_stack.py pins what it leans on and fails on a
+    tests/stacks/test_file_backed_stack.py pins what it leans on and fails on a
     pulumi upgrade that changes it.
     """
 

@@ -16,9 +16,9 @@ from egress_proxies.clock import ManualClock
 from egress_proxies.discovery import create_app
 from egress_proxies.leases import LeaseLimits, MemoryLeaseStore
 from egress_proxies.telemetry.lease_metrics import LeaseMetrics
+from tests.discovery.discovery_helpers import Tokens, virtual_clock
 from tests.fakes import ListCatalog
 from tests.fakes import serve_in_thread as app_in_thread
-from tests.integration.discovery_helpers import Tokens, virtual_clock
 
 
 @dataclass

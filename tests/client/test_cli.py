@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.client.served import Served, serve_in_thread
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 CLI = [sys.executable, "-m", "egress_proxies_client"]
 PROXY_URL = "http://user-only:p%40ss%3Aw%2Frd@127.0.0.1:3128"

@@ -8,6 +8,9 @@ import tomllib
 from pathlib import Path
 
 import egress_proxies_client
+import pytest
+
+pytestmark = pytest.mark.client
 
 CLIENT = Path(__file__).parents[2] / "clients" / "python"
 

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.client
+
 SCRIPT = Path(__file__).resolve().parents[2] / "clients" / "python" / "scripts" / "generate_sync.py"
 
 

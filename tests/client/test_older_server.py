@@ -12,7 +12,9 @@ from pydantic import BaseModel, create_model
 from egress_proxies.discovery import handlers
 from egress_proxies.discovery.schemas import LeaseRequest, ReportRequest
 from tests.client.served import serve_async
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 SITE = "shop.example"
 

@@ -20,7 +20,9 @@ from egress_proxies_client.pacing import OkBatch, Pace, TokenBucket
 
 from egress_proxies.leases import PaceLimits
 from tests.client.served import Served, serve_async, serve_in_thread
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 SITE = "shop.example"
 OK_HEADERS: dict[str, str] = {}

@@ -15,6 +15,8 @@ from egress_proxies_client import (
     Verdict,
 )
 
+pytestmark = pytest.mark.client
+
 POLICY = BanPolicy()
 
 

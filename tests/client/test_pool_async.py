@@ -13,7 +13,9 @@ from egress_proxies_client import (
 )
 
 from tests.client.served import Served, serve_async
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 
 def pool_for(served: Served) -> AsyncPool:

@@ -18,7 +18,9 @@ from egress_proxies_client import (
 from egress_proxies_client.backoff import Backoff
 
 from tests.client.served import Served, serve_in_thread
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 
 def pool_for(served: Served, **options: object) -> Pool:

@@ -14,7 +14,9 @@ from egress_proxies_client import AsyncPool, Pool, ProxyBannedError, ProxyRateLi
 
 from egress_proxies.leases import PaceLimits
 from tests.client.served import Served, serve_async, serve_in_thread
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 PROXIES = ("p0", "p1", "p2")
 ONE_PER_SECOND = PaceLimits(start=1.0, ceiling=1.0)

@@ -15,9 +15,13 @@ from collections import Counter
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import pytest
+
 from harness.crawl_site import PAGES, Site, run_spider, serve_site
 from harness.local_fleet import serve_fleet
 from harness.squid import SquidProcess
+
+pytestmark = pytest.mark.client
 
 PROXIES = 4
 # Pages/s each site allows one source address (the three sites).

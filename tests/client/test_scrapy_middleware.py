@@ -11,12 +11,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from egress_proxies.stacks.inputs import ProxyCredentials
 from harness.squid import SquidProcess, free_ports
 from tests.client.served import serve_async
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 SPIDER = Path(__file__).with_name("hook_spider.py")
 CREDENTIALS = ProxyCredentials(username="crawler", password="p@ss:w/rd")

@@ -15,12 +15,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from egress_proxies.leases import PaceLimits
 from harness.squid import SquidProcess
 from tests.client.served import Served, serve_async
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 SPIDER = Path(__file__).with_name("paced_spider.py")
 PAGES = 40

@@ -9,7 +9,9 @@ import pytest
 from egress_proxies_client import NoProxyAvailableError, Pool, ProxyBannedError
 
 from tests.client.served import serve_in_thread
-from tests.integration.discovery_helpers import record
+from tests.discovery.discovery_helpers import record
+
+pytestmark = pytest.mark.client
 
 
 def test_no_secret_in_reprs_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:

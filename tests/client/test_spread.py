@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from egress_proxies_client.spread import DomainSpread
+
+pytestmark = pytest.mark.client
 
 
 @dataclass

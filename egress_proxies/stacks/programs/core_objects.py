@@ -8,7 +8,7 @@ builds its objects as camelCase dicts already, so each is declared as a
 token, `apiVersion` and `kind`, the provider version of the installed
 pulumi-kubernetes package, and, for a Secret, its `data` and `stringData`
 outputs kept secret. A stack created by the typed classes sees no change
-(`tests/integration/test_core_objects.py`).
+(`tests/stacks/test_core_objects.py`).
 """
 
 from __future__ import annotations

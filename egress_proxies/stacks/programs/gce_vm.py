@@ -8,7 +8,7 @@ defaults: a default would create billable VMs of an arbitrary shape, so a
 missing one is a PermanentProgramError naming the field. It joins
 `spec.gcp.network`/`subnetwork` (the project's `default` network when
 neither is set) with an ephemeral external IP, its egress address. It
-carries the Proxy UID under the GCP label `UID_LABEL_KEY`, the network tag
+carries the Proxy UID under the GCP label `GCE_UID_LABEL`, the network tag
 of its own name besides `spec.gcp.tags`, and no service account.
 
 Its user-data is a MIME multipart that cloud-init merges (lists appended,
@@ -43,11 +43,12 @@ import pulumi_gcp as gcp
 import yaml
 
 from egress_proxies.model import ProxySpec
-from egress_proxies.providers.gcp import SHARD_LABEL_KEY, UID_LABEL_KEY, instance_id
+from egress_proxies.providers.gcp import instance_id
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.errors import PermanentProgramError
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
+from egress_proxies.vocabulary import GCE_SHARD_LABEL, GCE_UID_LABEL
 
 USER_DATA_KEY = "user-data"
 SQUID_CONF_PATH = "/etc/squid/squid.conf"
@@ -125,8 +126,8 @@ def gce_vm_program(inputs: ProgramInputs) -> None:
             )
         ],
         tags=list(dict.fromkeys([name, *shape.tags])),
-        labels={UID_LABEL_KEY: inputs.uid}
-        | ({SHARD_LABEL_KEY: inputs.shard} if inputs.shard else {}),
+        labels={GCE_UID_LABEL: inputs.uid}
+        | ({GCE_SHARD_LABEL: inputs.shard} if inputs.shard else {}),
         metadata={USER_DATA_KEY: pulumi.Output.secret(render_user_data(inputs))},
         opts=pulumi.ResourceOptions(
             replace_on_changes=[f'metadata["{USER_DATA_KEY}"]', *_REPLACE_RATHER_THAN_STOP],

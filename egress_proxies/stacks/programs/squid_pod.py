@@ -27,11 +27,12 @@ from typing import Any
 
 import pulumi
 
-from egress_proxies.model import DEFAULT_SQUID_IMAGE, SHARD_LABEL, UID_LABEL
+from egress_proxies.model import DEFAULT_SQUID_IMAGE
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.core_objects import CoreObject
 from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
+from egress_proxies.vocabulary import SHARD_LABEL, UID_LABEL
 
 CONFIG_MOUNT = "/etc/squid/squid.conf"
 AUTH_MOUNT = PASSWD_PATH.rsplit("/", 1)[0]

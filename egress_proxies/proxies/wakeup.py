@@ -1,0 +1,80 @@
+"""Look at a Proxy again: the one way anything asks the Proxy controller to run.
+
+A wake-up is an annotation write on the Proxy, an ordinary update, so kopf
+runs the Proxy's update handlers at once. Each reason keeps its own key
+(`vocabulary.py`): a value that did not change is a no-op patch, so a pod
+event that changes nothing the controller reads (its signature is the same)
+wakes nothing, whatever the other reasons wrote in between; and the GC's
+request is answered by `reconcile-handled`, which needs its own key to compare.
+
+Who rings, and why:
+- the requeue timer (`requeue.py`): a retry is due (`RETRY`, the time);
+- the instance watch: the Proxy's pod changed (`INSTANCE`, its signature);
+- the cloud-init watch: a GCE Proxy's user-data changed (`CLOUD_INIT`, its revision);
+- the orphan GC and the GCE instance watch: the instance vanished, bring it
+  up again (`RECREATE`, the time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+
+from egress_proxies.clock import Clock, k8s_micro_time
+from egress_proxies.kube.client import Patcher, annotate
+from egress_proxies.kube.resources import PROXIES
+from egress_proxies.vocabulary import (
+    CLOUD_INIT_REVISION_ANNOTATION,
+    INSTANCE_STATE_ANNOTATION,
+    RECONCILE_REQUEST_ANNOTATION,
+    REQUEUE_ANNOTATION,
+)
+
+Ring = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, value)
+
+
+class Reason(StrEnum):
+    """Why a Proxy is looked at again."""
+
+    RETRY = "retry"
+    INSTANCE = "instance"
+    CLOUD_INIT = "cloud-init"
+    RECREATE = "recreate"
+
+
+_KEYS = {
+    Reason.RETRY: REQUEUE_ANNOTATION,
+    Reason.INSTANCE: INSTANCE_STATE_ANNOTATION,
+    Reason.CLOUD_INIT: CLOUD_INIT_REVISION_ANNOTATION,
+    Reason.RECREATE: RECONCILE_REQUEST_ANNOTATION,
+}
+
+
+class Bell:
+    """Rings a Proxy: writes the reason's annotation (a Proxy that is gone is left alone)."""
+
+    def __init__(self, client: Patcher, clock: Clock) -> None:
+        self._client = client
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return "<Bell>"
+
+    async def ring(
+        self, namespace: str, name: str, reason: Reason, value: str | None = None
+    ) -> None:
+        """Wake the Proxy for `reason`; `value` defaults to the time now."""
+        stamp = value if value is not None else k8s_micro_time(self._clock.utcnow())
+        await annotate(self._client, PROXIES.path(namespace, name), _KEYS[reason], stamp)
+
+    def ringer(self, reason: Reason) -> Ring:
+        """`ring` for one reason, as a (namespace, name, value) callable."""
+
+        async def ring(namespace: str, name: str, value: str) -> None:
+            await self.ring(namespace, name, reason, value)
+
+        return ring
+
+    async def recreate(self, namespace: str, name: str) -> None:
+        """Ask the controller (the only stack writer) to bring a vanished instance up again."""
+        await self.ring(namespace, name, Reason.RECREATE)

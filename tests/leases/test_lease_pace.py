@@ -1,0 +1,499 @@
+"""The pace suite, run against both stores: memory and a real redis-server.
+
+Slow start on `ok` counts, multiplicative decrease on rate limits (held through
+the site's Retry-After), the climb back to a cruise below the remembered limit,
+the probe above it, the floor and the ceiling, where a proxy new to a target
+starts, the per-target bounds, and (Redis) a pace kept across a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from egress_proxies.clock import ManualClock
+from egress_proxies.leases import (
+    Lease,
+    LeaseId,
+    LeaseLimits,
+    LeaseStore,
+    Pace,
+    PaceLimits,
+    RedisLeaseStore,
+    ReportResult,
+    TargetBounds,
+)
+from harness.redis import RedisServer
+from tests.discovery.discovery_helpers import record, virtual_clock
+from tests.leases.lease_stores import (
+    RECORDS,
+    STORE_KINDS,
+    MakeStore,
+    granted,
+    pool,
+    refused,
+    store_maker,
+)
+
+pytestmark = pytest.mark.integration
+
+SITE = "shop.example"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return virtual_clock()
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def make_store(
+    request: pytest.FixtureRequest, clock: ManualClock
+) -> AsyncIterator[MakeStore]:
+    async with store_maker(request, clock) as make:
+        yield make
+
+
+def paced(make_store: MakeStore, *targets: TargetBounds, **pace: Any) -> LeaseStore:
+    return make_store(pace=PaceLimits(targets=targets, **pace))
+
+
+async def ok(store: LeaseStore, lease: Lease, count: int) -> Pace:
+    return await _report(store, lease.lease_id, ReportResult.OK, count=count)
+
+
+async def rate_limited(
+    store: LeaseStore,
+    lease: Lease,
+    retry_after: float | None = None,
+    accepted: int | None = None,
+) -> Pace:
+    return await _report(
+        store, lease.lease_id, ReportResult.RATE_LIMITED, retry_after, accepted=accepted
+    )
+
+
+async def _report(
+    store: LeaseStore,
+    lease_id: LeaseId,
+    result: ReportResult,
+    retry_after: float | None = None,
+    count: int = 1,
+    accepted: int | None = None,
+) -> Pace:
+    outcome = await store.report(lease_id, result, None, retry_after, RECORDS.get, count, accepted)
+    assert outcome is not None and outcome.pace is not None
+    return outcome.pace
+
+
+def rate(pace: Pace | None) -> float:
+    assert pace is not None
+    return round(pace.rate, 6)
+
+
+async def test_a_new_pair_starts_at_the_start_pace(make_store: MakeStore) -> None:
+    store = paced(make_store, start=2.5)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert lease.pace == Pace(rate=2.5, burst=1, lowered_at=None)
+
+
+async def test_slow_start_doubles_the_pace_per_second_of_traffic(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=1.0, increase=0.5)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 2)) == 4.0, "two seconds' worth at 1/s: x 2 x 2"
+    assert rate(await ok(store, lease, 4)) == 8.0, "one second's worth at 4/s"
+    assert rate(await ok(store, lease, 4)) == 11.313708, "half a second's worth: x sqrt(2)"
+    renewed = await store.renew(lease.lease_id, 60, RECORDS.get)
+    assert renewed is not None and renewed.pace is not None
+    assert (rate(renewed.pace), renewed.pace.burst) == (11.313708, 1)
+
+
+async def test_after_a_limit_the_pace_climbs_back_fast_and_cruises_below_it(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, settle=1.0, cruise=0.9, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease)) == 2.0, "limited at 4/s"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 1)) == 2.828427, "doubling per second again"
+    assert rate(await ok(store, lease, 3)) == 3.6, "up to 0.9 of the limit, no further"
+    clock.advance(28.0)
+    assert rate(await ok(store, lease, 100)) == 3.6, "cruising until the probe"
+
+
+async def test_the_probe_grows_above_the_limit_and_finds_it_again(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, increase=0.25, cruise=1.0, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    await rate_limited(store, lease)
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 10)) == 4.0, "back at the limit"
+    clock.advance(29.0)
+    assert rate(await ok(store, lease, 4)) == 5.0, "probing: one second's worth, +25 %"
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease)) == 2.5, "half of 5"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.5, "the site saw 4.5/s over the last second"
+
+
+async def test_a_limit_hit_right_after_a_raise_came_at_the_pace_before_it(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.5, cruise=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 2)) == 4.0
+    assert rate(await rate_limited(store, lease)) == 1.0, "the site saw 1/s: cruise there"
+
+
+async def test_a_limit_hit_while_cruising_is_set_below_where_it_hit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, cruise=0.9, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    await rate_limited(store, lease)
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 3.6
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease)) == 1.8, "the site lowered its limit"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 2.916, "0.9 of 0.9 of 3.6"
+
+
+async def test_a_limit_the_holder_counted_is_the_limit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 3)) == 8.0
+    clock.advance(0.5)
+    lowered = await rate_limited(store, lease, accepted=5)
+    assert rate(lowered) == 4.75, "0.95 of the 5/s the site accepted, not of an estimate"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "cruising there"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=3)) == 2.85, "a lowered limit, as counted"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 2.85
+
+
+async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 3)) == 8.0
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.75
+    clock.advance(31.0)
+    probing = rate(await ok(store, lease, 10))
+    assert probing > 5.0, "probing above the limit"
+    clock.advance(1.0)
+    lowered = rate(await rate_limited(store, lease, accepted=5))
+    assert lowered == round(min(4.75, 0.9 * probing), 6), "not 0.7 of the probe"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "back at the cruise"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=5)) == 4.275, "bunched: 0.9 of it"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease, accepted=4)) == 4.275, "counted one late"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 4.75, "the limit stayed 5"
+
+
+async def test_a_limit_counted_as_nothing_is_estimated(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, cruise=0.9)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease, accepted=0)) == 2.0
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 3.6, "0.9 of the 4/s the site saw"
+
+
+async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    candidates = pool(record("a"), record("b"), record("c"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    second = granted(await store.acquire(candidates, SITE, 60))
+    third = granted(await store.acquire(candidates, SITE, 60))
+    assert rate(await ok(store, first, 1)) == 2.0
+    assert rate(await ok(store, second, 1)) == 2.828427, "from where the fleet got"
+    assert rate(await ok(store, third, 6)) > 10.0
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, first, accepted=5)) == 1.8, "0.9: as counted"
+    assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
+    assert rate(await ok(store, third, 1)) == 4.75, "above it: down to the cruise at once"
+    clock.advance(10.0)
+    assert rate(await ok(store, second, 100)) == 4.75, "and cruises until the probe"
+    clock.advance(25.0)
+    assert rate(await ok(store, second, 5)) > 4.75, "then probes"
+
+
+async def test_a_rate_limit_lowers_it_once_per_hold(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, settle=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    lowered = await rate_limited(store, lease)
+    assert lowered == Pace(rate=2.0, burst=1, lowered_at=clock.time())
+    assert rate(await rate_limited(store, lease)) == 2.0, "an echo of the same overload"
+    assert rate(await ok(store, lease, 10)) == 2.0, "nothing raises it within the hold"
+    clock.advance(1.0)
+    assert rate(await rate_limited(store, lease)) == 1.0
+
+
+async def test_the_sites_retry_after_holds_the_lowered_pace(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5, settle=1.0, increase=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease, retry_after=10)) == 2.0
+    clock.advance(5)
+    assert rate(await rate_limited(store, lease)) == 2.0
+    assert rate(await ok(store, lease, 4)) == 2.0
+    clock.advance(5)
+    assert rate(await ok(store, lease, 4)) == 3.8, "then back up, below where it was limited"
+
+
+async def test_the_pace_stays_between_floor_and_ceiling(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, floor=0.5, ceiling=3.0, decrease=0.5, settle=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    for _ in range(4):
+        await rate_limited(store, lease)
+        clock.advance(1.0)
+    assert rate(await rate_limited(store, lease)) == 0.5
+    clock.advance(30.0)
+    for _ in range(10):
+        await ok(store, lease, 100)
+    assert rate(await ok(store, lease, 100)) == 3.0
+
+
+async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=1.0, increase=0.5)
+    candidates = pool(record("a"), record("b"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    await ok(store, first, 4)
+    second = granted(await store.acquire(candidates, SITE, 60))
+    assert second.proxy.key != first.proxy.key
+    assert rate(second.pace) == 16.0
+    other = granted(await store.acquire(pool(record("c")), "other.example", 60))
+    assert rate(other.pace) == 1.0, "each target learns its own"
+
+
+async def test_a_rate_limit_lowers_where_new_proxies_start(
+    make_store: MakeStore,
+) -> None:
+    store = paced(make_store, start=4.0, decrease=0.5)
+    candidates = pool(record("a"), record("b"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    await rate_limited(store, first)
+    second = granted(await store.acquire(candidates, SITE, 60))
+    assert second.proxy.key != first.proxy.key
+    assert rate(second.pace) == 2.0
+    assert second.pace is not None and second.pace.lowered_at is None, "b was never lowered"
+    assert rate(await ok(store, second, 100)) == 3.8, "b cruises below a's limit, no slow start"
+
+
+async def test_a_per_proxy_bound_caps_what_is_learned(make_store: MakeStore) -> None:
+    bounds = TargetBounds("*.example", max_rate_per_proxy=1.5)
+    store = paced(make_store, bounds, start=1.0, increase=1.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await ok(store, lease, 10)) == 1.5
+    free = granted(await store.acquire(pool(record("b")), "example.org", 60))
+    assert rate(await ok(store, free, 10)) == 50.0, "the pattern does not match example.org"
+
+
+async def test_the_fleet_bound_is_shared_by_the_targets_leases(make_store: MakeStore) -> None:
+    store = paced(make_store, TargetBounds(SITE, max_rate=3.0), start=2.0)
+    candidates = pool(*(record(f"p{index}") for index in range(4)))
+    leases = [granted(await store.acquire(candidates, SITE, 60)) for _ in range(4)]
+    assert [rate(lease.pace) for lease in leases] == [2.0, 1.5, 1.0, 0.75]
+    renewed = await store.renew(leases[0].lease_id, 60, RECORDS.get)
+    assert renewed is not None and rate(renewed.pace) == 0.75
+    await store.release(leases[1].lease_id)
+    assert rate(await ok(store, leases[0], 0)) == 1.0
+
+
+async def test_holders_of_a_shared_proxy_split_its_pace(make_store: MakeStore) -> None:
+    store = paced(make_store, start=2.0)
+    candidates = pool(record("shared", max_leases=3))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    second = granted(await store.acquire(candidates, SITE, 60))
+    assert (rate(first.pace), rate(second.pace)) == (2.0, 1.0)
+    elsewhere = granted(await store.acquire(candidates, "other.example", 60))
+    assert rate(elsewhere.pace) == 2.0, "another target's holder shares nothing"
+    assert rate(await ok(store, first, 0)) == 1.0
+
+
+async def test_a_target_at_its_lease_bound_gets_no_more(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, TargetBounds(SITE, max_leases=2))
+    candidates = pool(*(record(f"p{index}") for index in range(4)))
+    first = granted(await store.acquire(candidates, SITE, 30))
+    granted(await store.acquire(candidates, SITE, 60))
+    full = refused(await store.acquire(candidates, SITE, 60, held=2))
+    assert full.target_full and not full.target_paused
+    assert (full.considered, full.at_capacity, full.in_cooldown) == (4, 4, 0)
+    assert full.retry_after == 30.0, "until the first of its leases ends"
+    granted(await store.acquire(candidates, "other.example", 60))
+    await store.release(first.lease_id)
+    granted(await store.acquire(candidates, SITE, 60))
+    clock.advance(60)
+    assert [granted(await store.acquire(candidates, SITE, 60)) for _ in range(2)]
+
+
+async def test_a_refused_crawler_is_told_to_the_targets_holders_for_a_while(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store)
+    candidates = pool(record("a"), record("b"), record("c"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    for held in (1, 2):
+        granted(await store.acquire(candidates, SITE, 60, held=held))
+    assert first.pace is not None and first.pace.waiting_held is None, "nobody waits yet"
+    waiting = refused(await store.acquire(candidates, SITE, 60, held=0))
+    assert waiting.retry_after == 2.0, "others hold more than it: a lease comes back soon"
+    assert (await ok(store, first, 1)).waiting_held == 0
+    renewed = await store.renew(first.lease_id, 60, RECORDS.get)
+    assert renewed is not None and renewed.pace is not None
+    assert renewed.pace.waiting_held == 0
+    elsewhere = granted(await store.acquire(pool(record("d")), "other.example", 60))
+    assert elsewhere.pace is not None and elsewhere.pace.waiting_held is None
+    clock.advance(3.0)
+    assert (await ok(store, first, 1)).waiting_held is None, "it stopped asking"
+    greedy = refused(await store.acquire(candidates, SITE, 60, held=3))
+    assert greedy.retry_after == 57.0, "it holds them all: nobody gives one back to it"
+    assert (await ok(store, first, 1)).waiting_held == 3
+
+
+async def test_forgetting_a_proxy_forgets_its_pace(make_store: MakeStore) -> None:
+    store = paced(make_store, start=1.0, increase=0.5)
+    proxy = record("a")
+    lease = granted(await store.acquire(pool(proxy), None, 60))
+    await ok(store, lease, 4)
+    await store.forget_proxy(proxy.key)
+    again = granted(await store.acquire(pool(proxy), None, 60))
+    assert rate(again.pace) == 1.0
+
+
+async def test_an_old_clients_single_ok_raises_the_pace_a_little(make_store: MakeStore) -> None:
+    store = paced(make_store, start=2.0, increase=0.5)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    outcome = await store.report(lease.lease_id, ReportResult.OK, None, None, RECORDS.get)
+    assert outcome is not None and rate(outcome.pace) == 2.828427, "half a second's worth"
+
+
+async def test_bans_leave_the_pace_alone(make_store: MakeStore) -> None:
+    store = paced(make_store, start=2.0)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await _report(store, lease.lease_id, ReportResult.BANNED)) == 2.0
+
+
+@pytest.mark.parametrize(
+    "pace",
+    [
+        {"floor": 0},
+        {"floor": 2.0, "start": 1.0},
+        {"start": 60.0, "ceiling": 50.0},
+        {"decrease": 1.0},
+        {"increase": 0},
+        {"cruise": 0},
+        {"cruise": 1.5},
+        {"probe_after": -1.0},
+    ],
+)
+def test_nonsensical_paces_are_refused(pace: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="pace"):
+        PaceLimits(**pace)  # type: ignore[arg-type]
+
+
+def test_nonsensical_bounds_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_rate"):
+        TargetBounds("x", max_rate=0)
+    with pytest.raises(ValueError, match="empty"):
+        TargetBounds("")
+
+
+async def test_the_redis_store_keeps_the_pace_across_a_restart(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    limits = PaceLimits(start=1.0, increase=0.5, decrease=0.5)
+
+    def open_store() -> RedisLeaseStore:
+        return RedisLeaseStore(
+            redis_server.url,
+            prefix=redis_prefix,
+            timeout=2.0,
+            limits=LeaseLimits(pace=limits),
+            clock=clock,
+        )
+
+    before = open_store()
+    candidates = pool(record("a"), record("b"))
+    lease = granted(await before.acquire(candidates, SITE, 60))
+    await ok(before, lease, 2)
+    clock.advance(1.0)
+    lowered = await rate_limited(before, lease)
+    await before.close()
+    after = open_store()
+    try:
+        renewed = await after.renew(lease.lease_id, 60, RECORDS.get)
+        assert renewed is not None and renewed.pace == lowered
+        assert rate(lowered) == 2.0 and lowered.lowered_at == clock.time()
+        newcomer = granted(await after.acquire(candidates, SITE, 60))
+        assert rate(newcomer.pace) == 2.0
+        clock.advance(1.0)
+        assert rate(await ok(after, lease, 100)) == 3.8, "the limit (4/s) was kept too"
+    finally:
+        await after.close()
+
+
+async def test_a_pace_nobody_reports_on_is_forgotten(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, increase=0.5, memory=100.0)
+    candidates = pool(record("a"))
+    lease = granted(await store.acquire(candidates, SITE, 60))
+    await ok(store, lease, 4)
+    await store.release(lease.lease_id)
+    clock.advance(99)
+    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 16.0
+    clock.advance(61)
+    assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 1.0
+
+
+async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    store = RedisLeaseStore(
+        redis_server.url,
+        prefix=redis_prefix,
+        timeout=2.0,
+        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
+        clock=clock,
+    )
+    try:
+        lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+        async with Redis.from_url(redis_server.url) as admin:
+            base = f"{{{redis_prefix}}}:"
+            await admin.hset(f"{base}pace:{lease.proxy.key}", f"t:{SITE}", f"3 - 0 {clock.time()}")
+            await admin.set(f"{base}tpace:{SITE}", f"2 {clock.time()}")
+        assert rate(await ok(store, lease, 3)) == 6.0, "no limit: slow start"
+        newcomer = granted(await store.acquire(pool(record("b")), SITE, 60))
+        assert rate(newcomer.pace) == 6.0
+    finally:
+        await store.close()
