@@ -27,6 +27,7 @@ PROXIES = 4
 # Pages/s each site allows one source address (the three sites).
 RATES = {"slow.test": 2, "middle.test": 5, "fast.test": 10}
 BAN_AFTER, BAN_WINDOW = 20, 10.0
+STATS_SHOWN = ("egress", "retry", "ignored")  # the stats a missing page's message shows
 
 
 async def test_one_scrapy_process_spreads_three_sites_over_every_proxy(tmp_path: Path) -> None:
@@ -51,7 +52,8 @@ async def test_one_scrapy_process_spreads_three_sites_over_every_proxy(tmp_path:
     assert stats["finish_reason"] == "finished"
     for name, site in sites.items():
         pages = Counter(item["page"] for item in items if item["host"].startswith(name))
-        assert sorted(pages) == list(range(PAGES)), f"{name}: pages missing"
+        counted = {k: v for k, v in stats.items() if any(w in k for w in STATS_SHOWN)}
+        assert sorted(pages) == list(range(PAGES)), f"{name}: pages missing; stats {counted}"
         assert set(pages.values()) == {1}, f"{name}: a page was scraped twice"
         together = site.most_addresses_within_a_second()
         assert together >= 3, f"{name} was seen from {together} addresses within a second"
