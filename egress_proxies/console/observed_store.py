@@ -57,10 +57,15 @@ class ObservedLeaseStore:
             self._book.granted(lease)
         return lease
 
-    async def release(self, lease_id: LeaseId) -> None:
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
         """End the lease in the store, then in the book."""
-        await self._store.release(lease_id)
+        key = await self._store.release(lease_id)
         self._book.released(lease_id)
+        return key
+
+    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
+        """The store's revoked leases on the proxy."""
+        return await self._store.revoked(key)
 
     async def report(
         self,

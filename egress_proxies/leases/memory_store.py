@@ -71,6 +71,8 @@ class MemoryLeaseStore:
         self._pairs: dict[ProxyKey, dict[str | None, int]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
         self._ended = EndedLeases(limits.cooldown_window)
+        # Released leases per proxy -> when their revocation is forgotten (after max ttl).
+        self._revoked: dict[ProxyKey, dict[LeaseId, float]] = {}
 
     @property
     def max_ttl(self) -> int:
@@ -233,15 +235,36 @@ class MemoryLeaseStore:
             self._compact_expiry_queue()
             return renewed
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now; its proxy, or None when it was unknown, expired or released.
+
+        The lease stays revoked on its proxy for max ttl, the longest its
+        credentials can outlive it.
+        """
         with self._lock:
             now = self._clock.time()
             self._end_due(now)
             lease = self._active.get(lease_id)
-            if lease is not None:
-                self._end(lease, now)
-                self._compact_expiry_queue()
+            if lease is None:
+                return None
+            self._end(lease, now)
+            self._compact_expiry_queue()
+            key = lease.proxy.key
+            self._revoked.setdefault(key, {})[lease_id] = now + self._max_ttl
+            return key
+
+    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
+        """The proxy's leases released within the last max ttl."""
+        with self._lock:
+            now = self._clock.time()
+            revoked = self._revoked.get(key)
+            if not revoked:
+                return []
+            for lease_id in [i for i, until in revoked.items() if until <= now]:
+                del revoked[lease_id]
+            if not revoked:
+                del self._revoked[key]
+            return list(revoked)
 
     async def report(
         self,
@@ -292,6 +315,7 @@ class MemoryLeaseStore:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         with self._lock:
             self._pairs.pop(key, None)
+            self._revoked.pop(key, None)
             for lease in self._holders.pop(key, {}).values():
                 del self._active[lease.lease_id]
                 self._drop_from_target(lease)

@@ -52,7 +52,7 @@ from egress_proxies.leases.waiting import CONTENDED_RETRY, WAITING_WINDOW
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
 MAX_CONNECTIONS = 16
-SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts")
+SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts", "revoked")
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -242,9 +242,17 @@ class RedisLeaseStore:
             pace=self._pace(target or None, reply[5:10]),
         )
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
-        await self._run("release", repr(self._clock.time()), lease_id, self._window)
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now; its proxy, or None when it was unknown, expired or released."""
+        key = await self._run(
+            "release", repr(self._clock.time()), lease_id, self._window, str(self.max_ttl)
+        )
+        return ProxyKey(key) if key else None
+
+    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
+        """The proxy's leases released within the last max ttl."""
+        ids = await self._run("revoked", repr(self._clock.time()), key)
+        return [LeaseId(lease_id) for lease_id in ids]
 
     async def report(
         self,

@@ -80,8 +80,14 @@ class LeaseStore(Protocol):
         """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""
         ...
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now and revoke it on its proxy; the proxy, or None when the lease
+        was unknown, expired or released already (idempotent)."""
+        ...
+
+    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
+        """The proxy's leases released within the last max ttl (their credentials may
+        not have expired yet): what the proxy's revocation list names."""
         ...
 
     async def report(

@@ -115,6 +115,8 @@ class Components:
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
+    # The discovery API as proxies reach it (their revocation lists); None: not reachable.
+    proxy_discovery_url: str | None = None
 
 
 KOPF_PREFIX = f"kopf.{GROUP}"
@@ -466,6 +468,7 @@ async def _up(
         ),
         cloud_init=observed.cloud_init,
         shard=c.shard.name if c.shard else None,
+        discovery_url=c.proxy_discovery_url,
     )
     stack = stack_name(view.namespace, view.name)
 

@@ -36,6 +36,12 @@ class RunSettings(
         "the squid image of a kubernetes Proxy whose spec.kubernetes.image is unset",
         min_length=1,
     )
+    proxy_discovery_url: str | None = option(
+        None,
+        "the discovery API's URL as managed proxies reach it; each pulls its lease "
+        "revocation list from there every second (unset: lease credentials end only "
+        "when the lease expires)",
+    )
     stack_worker_idle: float = option(
         30.0,
         "seconds a stack worker process lives without an operation before it exits and "
