@@ -31,10 +31,11 @@ RECORD = ProxyRecord(
 PACE = Pace(rate=1.0, burst=1, lowered_at=None)
 
 
-def model_json(lease: Lease) -> str:
+def model_json(lease: Lease, credentials: ProxyCredentials | None = None) -> str:
+    handed = lease.proxy.credentials if credentials is None else credentials
     return LeaseGranted(
         lease_id=lease.lease_id,
-        proxy=leased_proxy(lease.proxy),
+        proxy=leased_proxy(lease.proxy, handed),
         target=lease.target,
         ttl_seconds=lease.ttl_seconds,
         expires_at=datetime.fromtimestamp(lease.expires_at, UTC),
@@ -67,3 +68,20 @@ def test_a_changed_record_is_rendered_anew() -> None:
     moved = replace(first, proxy=replace(RECORD, host="10.0.0.2"))
     assert bodies.render(moved) == model_json(moved)
     assert repr(bodies) == "<GrantedBodies [proxies cached: 1]>"
+
+
+def test_a_lease_with_credentials_of_its_own_carries_them() -> None:
+    keyed = replace(RECORD, credentials=ProxyCredentials("crawler", "operator-only", "key"))
+    lease = Lease(LeaseId("A" * 22), keyed, "example.com", 60, 1_700_000_000.0, pace=PACE)
+    own = ProxyCredentials("handle.1700000000.open", "signed")
+    body = GrantedBodies().render(lease, own)
+    assert body == model_json(lease, own)
+    assert "handle.1700000000.open:signed@" in body
+
+
+def test_the_operator_credentials_of_a_signing_proxy_are_never_handed_out() -> None:
+    keyed = replace(RECORD, credentials=ProxyCredentials("crawler", "operator-only", "key"))
+    lease = Lease(LeaseId("A" * 22), keyed, None, 60, 1_700_000_000.0, pace=PACE)
+    body = GrantedBodies().render(lease)
+    assert "operator-only" not in body
+    assert '"credentials":null' in body
