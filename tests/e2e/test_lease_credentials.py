@@ -63,16 +63,20 @@ class Crawler:
         self._api = api
         self._auth = {"Authorization": f"Bearer {token}"}
 
-    async def lease(self, selector: dict[str, str], ttl: int = 60) -> tuple[int, dict[str, Any]]:
-        body = {"selector": selector, "ttlSeconds": ttl, "target": "example.test"}
+    async def lease(
+        self, selector: dict[str, str], ttl: int = 60, target: str = "example.test"
+    ) -> tuple[int, dict[str, Any]]:
+        body = {"selector": selector, "ttlSeconds": ttl, "target": target}
         async with self._session.post(
             f"{self._api}/v1/leases", json=body, headers=self._auth
         ) as response:
             return response.status, await response.json()
 
-    async def leased(self, selector: dict[str, str], ttl: int = 60) -> dict[str, Any]:
+    async def leased(
+        self, selector: dict[str, str], ttl: int = 60, target: str = "example.test"
+    ) -> dict[str, Any]:
         async def granted() -> dict[str, Any] | None:
-            status, body = await self.lease(selector, ttl)
+            status, body = await self.lease(selector, ttl, target)
             return body if status == 201 else None
 
         return await wait_for(granted, timeout=60)
@@ -119,7 +123,12 @@ async def test_a_lease_opens_its_proxy_only_while_it_lives(
 ) -> None:
     tokens = Path(operator.env["EGRESS_PROXIES_DISCOVERY_TOKENS_DIR"])
     async with serve_origin(host=dev_cluster.host_address) as origin, aiohttp.ClientSession() as s:
-        health = {"url": origin.url, "intervalSeconds": 1, "timeoutSeconds": 2}
+        health = {
+            "url": origin.url,
+            "expectedStatus": 200,
+            "intervalSeconds": 2,
+            "timeoutSeconds": 2,
+        }
         for name in ("door", "other"):
             spec = {"attributes": {"door": name}, "healthCheck": health, "maxLeases": 8}
             await kube.create(proxy_path(namespace), managed_proxy(name, **spec))
@@ -165,8 +174,9 @@ async def test_a_lease_opens_its_proxy_only_while_it_lives(
 
         # Token removed from the token Secret: its leases close, the other token's stay open.
         second = Crawler(s, operator.discovery_url, (tokens / SECOND_TOKEN).read_text())
-        doomed = await second.leased(here)
-        kept = await crawler.leased(here)
+        # (example.test is cooling on this proxy since the ban: another site.)
+        doomed = await second.leased(here, target="other.test")
+        kept = await crawler.leased(here, target="other.test")
         assert await fetch_status(doomed["proxy"]["urlWithCredentials"], origin.url) == 200
         (tokens / SECOND_TOKEN).unlink()
         await refused_within(doomed["proxy"]["urlWithCredentials"], origin.url, REVOKED_WITHIN)
@@ -178,7 +188,12 @@ async def test_with_the_api_stopped_a_live_lease_works_until_it_expires(
     kube: KubeClient, namespace: str, operator: OperatorProcess, dev_cluster: ClusterHandle
 ) -> None:
     async with serve_origin(host=dev_cluster.host_address) as origin, aiohttp.ClientSession() as s:
-        health = {"url": origin.url, "intervalSeconds": 1, "timeoutSeconds": 2}
+        health = {
+            "url": origin.url,
+            "expectedStatus": 200,
+            "intervalSeconds": 2,
+            "timeoutSeconds": 2,
+        }
         await kube.create(
             proxy_path(namespace),
             managed_proxy("steady", attributes={"door": "steady"}, healthCheck=health),
