@@ -13,6 +13,7 @@ from egress_proxies.leases import (
     CandidatePool,
     Lease,
     LeaseCounts,
+    LeaseEnds,
     LeaseId,
     LeaseStore,
     NoMatch,
@@ -63,9 +64,9 @@ class ObservedLeaseStore:
         self._book.released(lease_id)
         return key
 
-    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
-        """The store's revoked leases on the proxy."""
-        return await self._store.revoked(key)
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The store's released and renewed leases on the proxy."""
+        return await self._store.lease_ends(key)
 
     async def report(
         self,

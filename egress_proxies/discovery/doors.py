@@ -5,11 +5,14 @@ A managed proxy with a signing key gets credentials per lease
 signing keys) hands out the credentials it has. A managed proxy's squid asks
 `GET /v1/proxies/{namespace}/{name}/revocations` every second, signed with
 its key instead of a bearer token (it holds none): the handles of leases
-released on it, and the tags of the tokens valid now.
+released on it before their end, the new ends of renewed ones (so credentials
+of an earlier grant keep working, as they did for older clients), and the
+tags of the tokens valid now.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -77,8 +80,12 @@ class ProxyDoors:
         if signing_key is None or not signature_valid(signing_key, key, presented, self._clock()):
             # One answer for an unknown proxy and a bad signature: neither says which.
             raise DiscoveryApiError(403, "forbidden", "not signed by this proxy's key")
-        revoked = sorted(lease_handle(lease_id) for lease_id in await self._store.revoked(key))
-        body = Revocations(revoked=revoked, tokens=token_tags(signing_key, self._tokens()))
+        ends = await self._store.lease_ends(key)
+        body = Revocations(
+            revoked=sorted(lease_handle(lease_id) for lease_id in ends.revoked),
+            renewed={lease_handle(i): math.ceil(end) for i, end in ends.renewed.items()},
+            tokens=token_tags(signing_key, self._tokens()),
+        )
         return json_response(body.model_dump_json())
 
 

@@ -198,8 +198,11 @@ class Revocations(_Response):
     """200 from GET /v1/proxies/{namespace}/{name}/revocations (asked by the proxy itself)."""
 
     revoked: list[str] = Field(
-        description="Handles of leases released on this proxy whose credentials may not have "
-        "expired yet."
+        description="Handles of leases released on this proxy before their end."
+    )
+    renewed: dict[str, int] = Field(
+        description="Handles of renewed leases on this proxy and their current end (Unix "
+        "seconds): credentials of an earlier grant of the lease work until then."
     )
     tokens: list[str] = Field(
         description="Tags of the bearer tokens valid now, as this proxy knows them; `open` "

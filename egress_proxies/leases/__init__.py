@@ -43,6 +43,7 @@ from egress_proxies.leases.pace import Pace, PaceLimits, TargetBounds
 from egress_proxies.leases.store import (
     InvalidTtlError,
     LeaseCounts,
+    LeaseEnds,
     LeaseStore,
     RecordLookup,
     StoreUnavailableError,
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidTtlError",
     "Lease",
     "LeaseCounts",
+    "LeaseEnds",
     "LeaseId",
     "LeaseLimits",
     "LeaseStore",

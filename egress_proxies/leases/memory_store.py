@@ -37,8 +37,12 @@ from egress_proxies.leases.lease import (
 )
 from egress_proxies.leases.limits import LeaseLimits
 from egress_proxies.leases.pace import Pace, Paces, handed_out
-from egress_proxies.leases.store import InvalidTtlError, LeaseCounts, RecordLookup
+from egress_proxies.leases.store import InvalidTtlError, LeaseCounts, LeaseEnds, RecordLookup
 from egress_proxies.leases.waiting import Waiting, contended_retry
+
+# A proxy's revocations nobody asks for are pruned when they reach a power of two
+# from this on (the proxy's own requests prune them too).
+_PRUNE_AFTER = 64
 
 
 class MemoryLeaseStore:
@@ -71,8 +75,10 @@ class MemoryLeaseStore:
         self._pairs: dict[ProxyKey, dict[str | None, int]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
         self._ended = EndedLeases(limits.cooldown_window)
-        # Released leases per proxy -> when their revocation is forgotten (after max ttl).
+        # Leases released before their end, per proxy -> that end (when it is forgotten).
         self._revoked: dict[ProxyKey, dict[LeaseId, float]] = {}
+        # Renewed active leases per proxy -> their current end (dropped when they end).
+        self._renewed: dict[ProxyKey, dict[LeaseId, float]] = {}
 
     @property
     def max_ttl(self) -> int:
@@ -231,6 +237,7 @@ class MemoryLeaseStore:
             self._holders[lease.proxy.key][lease_id] = renewed
             if lease.target is not None:
                 self._target_leases[lease.target][lease_id] = renewed
+            self._renewed.setdefault(lease.proxy.key, {})[lease_id] = renewed.expires_at
             heapq.heappush(self._expiry_queue, (renewed.expires_at, lease_id))
             self._compact_expiry_queue()
             return renewed
@@ -250,21 +257,19 @@ class MemoryLeaseStore:
             self._end(lease, now)
             self._compact_expiry_queue()
             key = lease.proxy.key
-            self._revoked.setdefault(key, {})[lease_id] = now + self._max_ttl
+            revoked = self._revoked.setdefault(key, {})
+            if len(revoked) >= _PRUNE_AFTER and not len(revoked) & (len(revoked) - 1):
+                _unexpired(self._revoked, key, now)  # at each power of two: amortised O(1)
+            self._revoked.setdefault(key, revoked)[lease_id] = lease.expires_at
             return key
 
-    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
-        """The proxy's leases released within the last max ttl."""
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases released before their end, and those renewed."""
         with self._lock:
             now = self._clock.time()
-            revoked = self._revoked.get(key)
-            if not revoked:
-                return []
-            for lease_id in [i for i, until in revoked.items() if until <= now]:
-                del revoked[lease_id]
-            if not revoked:
-                del self._revoked[key]
-            return list(revoked)
+            revoked = _unexpired(self._revoked, key, now)
+            renewed = _unexpired(self._renewed, key, now)
+            return LeaseEnds(tuple(revoked), dict(renewed))
 
     async def report(
         self,
@@ -316,6 +321,7 @@ class MemoryLeaseStore:
         with self._lock:
             self._pairs.pop(key, None)
             self._revoked.pop(key, None)
+            self._renewed.pop(key, None)
             for lease in self._holders.pop(key, {}).values():
                 del self._active[lease.lease_id]
                 self._drop_from_target(lease)
@@ -372,6 +378,9 @@ class MemoryLeaseStore:
     def _end(self, lease: Lease, ended_at: float) -> None:
         del self._active[lease.lease_id]
         key = lease.proxy.key
+        renewed = self._renewed.get(key)
+        if renewed is not None and renewed.pop(lease.lease_id, None) is not None and not renewed:
+            del self._renewed[key]
         holders = self._holders[key]
         del holders[lease.lease_id]
         if not holders:
@@ -419,6 +428,20 @@ class MemoryLeaseStore:
         if len(self._expiry_queue) > 2 * len(self._active) + 1024:
             self._expiry_queue = [(lease.expires_at, i) for i, lease in self._active.items()]
             heapq.heapify(self._expiry_queue)
+
+
+def _unexpired(
+    entries: dict[ProxyKey, dict[LeaseId, float]], key: ProxyKey, now: float
+) -> dict[LeaseId, float]:
+    """The proxy's entries whose time has not passed (the rest are dropped)."""
+    kept = entries.get(key)
+    if not kept:
+        return {}
+    for lease_id in [i for i, until in kept.items() if until <= now]:
+        del kept[lease_id]
+    if not kept:
+        del entries[key]
+    return kept
 
 
 def _room_at(leases: Iterable[Lease], target: str | None) -> float:

@@ -44,6 +44,7 @@ from egress_proxies.leases.pace import Pace, PaceState, handed_out
 from egress_proxies.leases.store import (
     InvalidTtlError,
     LeaseCounts,
+    LeaseEnds,
     RecordLookup,
     StoreUnavailableError,
 )
@@ -52,7 +53,7 @@ from egress_proxies.leases.waiting import CONTENDED_RETRY, WAITING_WINDOW
 
 # Connections per process: enough to keep Redis busy, few enough to stay kind to it.
 MAX_CONNECTIONS = 16
-SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts", "revoked")
+SCRIPTS = ("acquire", "pool", "release", "renew", "report", "forget", "counts", "ends")
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
     redis_errors.ConnectionError,
@@ -244,15 +245,17 @@ class RedisLeaseStore:
 
     async def release(self, lease_id: LeaseId) -> ProxyKey | None:
         """End a lease now; its proxy, or None when it was unknown, expired or released."""
-        key = await self._run(
-            "release", repr(self._clock.time()), lease_id, self._window, str(self.max_ttl)
-        )
+        key = await self._run("release", repr(self._clock.time()), lease_id, self._window)
         return ProxyKey(key) if key else None
 
-    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
-        """The proxy's leases released within the last max ttl."""
-        ids = await self._run("revoked", repr(self._clock.time()), key)
-        return [LeaseId(lease_id) for lease_id in ids]
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases released before their end, and those renewed."""
+        reply = await self._run("ends", repr(self._clock.time()), key)
+        count = int(reply[0])
+        revoked = tuple(LeaseId(lease_id) for lease_id in reply[1 : 1 + count])
+        rest = reply[1 + count :]
+        renewed = {LeaseId(rest[i]): float(rest[i + 1]) for i in range(0, len(rest), 2)}
+        return LeaseEnds(revoked, renewed)
 
     async def report(
         self,

@@ -8,8 +8,8 @@ one parametrised suite (tests/integration/test_lease_store.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
@@ -45,6 +45,19 @@ class LeaseCounts:
     leases: int = 0
     cooldowns: int = 0
     paused_targets: int = 0
+
+
+@dataclass(frozen=True)
+class LeaseEnds:
+    """A proxy's leases that end otherwise than their credentials say (leases/credentials.py).
+
+    `revoked`: released within the last max ttl (credentials last at most that long);
+    `renewed`: active leases renewed, by id, with their current end (a client that kept
+    the credentials of an earlier grant may use them until then).
+    """
+
+    revoked: tuple[LeaseId, ...] = ()
+    renewed: Mapping[LeaseId, float] = field(default_factory=dict)
 
 
 class LeaseStore(Protocol):
@@ -85,9 +98,9 @@ class LeaseStore(Protocol):
         was unknown, expired or released already (idempotent)."""
         ...
 
-    async def revoked(self, key: ProxyKey) -> list[LeaseId]:
-        """The proxy's leases released within the last max ttl (their credentials may
-        not have expired yet): what the proxy's revocation list names."""
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases that end otherwise than their credentials say: what the
+        proxy's revocation list names."""
         ...
 
     async def report(

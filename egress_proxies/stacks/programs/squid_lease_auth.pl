@@ -62,7 +62,7 @@ if ($url ne "-") {
     }
 }
 
-my ($seen, %revoked, %tokens) = (-1);
+my ($seen, %revoked, %renewed, %tokens) = (-1);
 my $any_token = 1;    # until a list says which tokens are valid
 
 sub refresh {
@@ -72,6 +72,7 @@ sub refresh {
     my $text = slurp($list) // return;
     my $body = eval { decode_json($text) } or return;
     %revoked = map { $_ => 1 } @{$body->{revoked} || []};
+    %renewed = %{$body->{renewed} || {}};
     %tokens = map { $_ => 1 } @{$body->{tokens} || []};
     $any_token = 0;
 }
@@ -92,10 +93,11 @@ sub allowed {
     }
     my ($handle, $expiry, $tag) = $user =~ /\A([0-9a-f]{24})\.([0-9]{1,12})\.([0-9a-z]{4,16})\z/
         or return 0;
-    return 0 if $expiry < time();
     return 0 unless same($password, substr(hmac_sha256_hex("v1|$proxy|$user", $key), 0, 32));
     refresh();
     return 0 if $revoked{$handle};
+    my $renewed_end = $renewed{$handle} // 0;
+    return 0 if ($renewed_end > $expiry ? $renewed_end : $expiry) < time();
     return 0 unless $any_token || $tokens{$tag};
     return 1;
 }
