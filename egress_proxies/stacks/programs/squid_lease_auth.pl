@@ -4,7 +4,8 @@
 #   squid_lease_auth.pl SECRET_DIR PROXY REVOCATIONS_URL STATE_DIR
 #
 # SECRET_DIR holds the proxy's credentials Secret: `username` and `password`
-# (the operator's: health probes) and `signingKey`. PROXY is `namespace/name`.
+# (the operator's: health probes; a VM gets `passwordSha256` instead) and
+# `signingKey`. PROXY is `namespace/name`.
 # Lease credentials (egress_proxies/leases/credentials.py) are checked here,
 # without asking anyone: the signature, the expiry, and the last revocation list
 # a child process pulls from REVOCATIONS_URL every second (signed with the key)
@@ -36,7 +37,9 @@ sub slurp {
 my $key = slurp("$secret_dir/signingKey");
 die "no signing key in $secret_dir\n" unless defined $key && length $key;
 my $operator_user = slurp("$secret_dir/username") // '';
-my $operator_digest = sha256_hex(slurp("$secret_dir/password") // '');
+my $operator_password = slurp("$secret_dir/password");
+my $operator_digest = defined $operator_password ? sha256_hex($operator_password)
+    : slurp("$secret_dir/passwordSha256") // '';
 my $list = "$state_dir/revocations.$$";
 
 # The poller: a child that lives as long as this helper.
