@@ -123,7 +123,7 @@ async def test_a_stack_made_by_the_typed_sdk_is_unchanged_by_the_current_program
             for path in (tmp_path / "state").rglob("*")
             if path.is_file()
         )
-        assert inputs.credentials.signing_key not in state
+        assert str(inputs.credentials.signing_key) not in state
         assert inputs.credentials.password not in state
         assert (await kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}"))["metadata"][
             "uid"
