@@ -62,9 +62,13 @@ def credentials_secret(
             ],
         },
         "data": {
-            "username": base64.b64encode(credentials.username.encode()).decode(),
-            "password": base64.b64encode(credentials.password.encode()).decode(),
-            SIGNING_KEY: base64.b64encode((credentials.signing_key or "").encode()).decode(),
+            name: base64.b64encode(value.encode()).decode()
+            for name, value in (
+                ("username", credentials.username),
+                ("password", credentials.password),
+                (SIGNING_KEY, credentials.signing_key),
+            )
+            if value is not None
         },
     }
 

@@ -9,10 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.typedefs import Handler
 
 from egress_proxies.discovery import create_app
-from egress_proxies.leases import MemoryLeaseStore
+from egress_proxies.leases import MemoryLeaseStore, RedisLeaseStore
 from egress_proxies.leases.credentials import (
     lease_credentials,
     lease_handle,
@@ -21,6 +23,7 @@ from egress_proxies.leases.credentials import (
 )
 from egress_proxies.stacks.programs.squid_config import HELPER_FILE, PERL, lease_auth_helper
 from egress_proxies.values import ProxyCredentials, ProxyKey
+from harness.redis import RedisServer
 from tests.conftest import wait_for
 from tests.fakes import ListCatalog
 from tests.integration.discovery_helpers import Api, Tokens, new_token, record, serve_api
@@ -192,3 +195,50 @@ async def test_the_helper_follows_the_api_and_keeps_its_last_list_without_it(
             assert ask(first) == "ERR"
         finally:
             helper.stop()
+
+
+async def test_with_the_store_down_new_leases_are_503_and_a_live_one_keeps_working(
+    tmp_path: Path, own_redis: RedisServer
+) -> None:
+    tokens = Tokens()
+    store = RedisLeaseStore(own_redis.url, prefix="doors", timeout=1.0)
+    polls: list[int] = []  # the statuses the helper's polls got
+
+    async def watch_polls(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.path == REVOCATIONS and "X-Proxy-Signature" in request.headers:
+            polls.append(response.status)
+        return response
+
+    app = create_app(
+        ListCatalog(replace(SIGNING, max_leases=4)), store, tokens, middlewares=[watch_polls]
+    )
+    (tmp_path / "h").mkdir()
+    try:
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            helper = Helper(tmp_path / "h", str(client.make_url(REVOCATIONS)))
+            try:
+                body = {"selector": {}, "ttlSeconds": 60}
+                granted = await client.post("/v1/leases", json=body, headers=tokens.headers())
+                lease = await granted.json()
+
+                async def listed() -> bool:
+                    return any((tmp_path / "h" / "state").iterdir())
+
+                await wait_for(listed, timeout=10)
+                assert helper.ask(**lease["proxy"]["credentials"]) == "OK"
+                own_redis.stop()
+                refused = await client.post("/v1/leases", json=body, headers=tokens.headers())
+                assert refused.status == 503
+                assert refused.headers["Retry-After"]
+                seen = len(polls)
+
+                async def polled_in_vain() -> bool:
+                    return polls[seen:].count(503) >= 2
+
+                await wait_for(polled_in_vain, timeout=10)
+                assert helper.ask(**lease["proxy"]["credentials"]) == "OK"
+            finally:
+                helper.stop()
+    finally:
+        await store.close()
