@@ -13,12 +13,12 @@ tags of the tokens valid now.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 
 from aiohttp import web
 
 from egress_proxies.catalog import ProxyRecord, proxy_key
+from egress_proxies.clock import Clock, SystemClock
+from egress_proxies.discovery.auth import TokenSource
 from egress_proxies.discovery.errors import DiscoveryApiError, json_response
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.schemas import Revocations
@@ -32,7 +32,6 @@ from egress_proxies.leases.credentials import (
 from egress_proxies.values import ProxyCredentials
 
 SIGNATURE_HEADER = "X-Proxy-Signature"
-TokenSource = Callable[[], frozenset[str]]
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -53,12 +52,12 @@ class ProxyDoors:
         catalog: IndexedCatalog,
         store: LeaseStore,
         tokens: TokenSource,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self._catalog = catalog
         self._store = store
         self._tokens = tokens
-        self._clock = clock
+        self._clock = clock or SystemClock()
 
     def __repr__(self) -> str:
         return f"<ProxyDoors [tokens: {len(self._tokens())}]>"
@@ -77,7 +76,8 @@ class ProxyDoors:
         record = self._catalog.current().record(key)
         signing_key = None if record is None else _signing_key(record)
         presented = request.headers.get(SIGNATURE_HEADER, "")
-        if signing_key is None or not signature_valid(signing_key, key, presented, self._clock()):
+        now = self._clock.time()
+        if signing_key is None or not signature_valid(signing_key, key, presented, now):
             # One answer for an unknown proxy and a bad signature: neither says which.
             raise DiscoveryApiError(403, "forbidden", "not signed by this proxy's key")
         ends = await self._store.lease_ends(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -123,6 +124,13 @@ class RunSettings(
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [item for item in value.split(",") if item]
+        return value
+
+    @field_validator("proxy_discovery_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
         return value
 
     @field_validator("gcp_project", mode="before")

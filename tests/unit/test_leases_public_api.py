@@ -21,6 +21,7 @@ def test_leases_exports() -> None:
         "Lease",
         "LeaseId",
         "LeaseCounts",
+        "LeaseEnds",
         "LeaseLimits",
         "LeaseStore",
         "MemoryLeaseStore",
