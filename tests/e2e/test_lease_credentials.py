@@ -185,6 +185,16 @@ async def test_a_lease_opens_its_proxy_only_while_it_lives(
         assert await fetch_status(kept["proxy"]["urlWithCredentials"], origin.url) == 200
         assert released_after <= REVOKED_WITHIN
 
+        # Nothing leaks: no lease's password, nor the key, in the log, the status or Events.
+        key = base64.b64decode(secret["data"]["signingKey"]).decode()
+        leased = (first, elsewhere, short, banned, doomed, kept)
+        passwords = [lease["proxy"]["credentials"]["password"] for lease in leased]
+        events = await kube.get(f"/api/v1/namespaces/{namespace}/events")
+        proxies = await kube.get(proxy_path(namespace))
+        for text in (Path(operator.log).read_text(), str(events), str(proxies)):
+            assert key not in text
+            assert not [password for password in passwords if password in text]
+
 
 async def test_with_the_api_stopped_a_live_lease_works_until_it_expires(
     kube: KubeClient, namespace: str, operator: OperatorProcess, dev_cluster: ClusterHandle
