@@ -5,12 +5,16 @@ out its configured credentials, and records are immutable and replaced
 whenever they change, so its JSON is rendered once per record object (by the
 LeasedProxy model, so it is exactly the model's output) and reused; the few
 per-lease fields are spliced around it. A lease with credentials of its own
-(discovery/doors.py) has its `proxy` object rendered for it. The result equals
+(discovery/doors.py) gets the record's JSON rendered once with placeholder
+credentials, which its own replace: lease credentials are lowercase hex and
+dots, the same in JSON and in a URL. The result equals
 `LeaseGranted(...).model_dump_json()` byte for byte (a test holds it to that).
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from datetime import UTC, datetime
 from urllib.parse import quote
 
@@ -23,6 +27,9 @@ from egress_proxies.values import ProxyCredentials
 
 # Records remembered; a fleet that outgrows it (or churns past it) just starts over.
 MAX_CACHED_PROXIES = 65_536
+# Placeholders no attribute or address holds (random per process).
+_USER, _PASSWORD = (f"p{secrets.token_hex(16)}" for _ in range(2))
+_SPLICEABLE = re.compile(r"[0-9a-z.]+")
 
 
 def proxy_url(record: ProxyRecord, credentials: ProxyCredentials | None = None) -> str:
@@ -71,6 +78,7 @@ class GrantedBodies:
 
     def __init__(self) -> None:
         self._proxies: dict[ProxyKey, tuple[ProxyRecord, str]] = {}
+        self._templates: dict[ProxyKey, tuple[ProxyRecord, str]] = {}
 
     def __repr__(self) -> str:
         return f"<GrantedBodies [proxies cached: {len(self._proxies)}]>"
@@ -86,7 +94,7 @@ class GrantedBodies:
         proxy = (
             self._proxy_json(lease.proxy)
             if credentials is None
-            else leased_proxy(lease.proxy, credentials).model_dump_json()
+            else self._proxy_json_with(lease.proxy, credentials)
         )
         return (
             f'{{"leaseId":"{lease.lease_id}","proxy":{proxy},'
@@ -96,14 +104,30 @@ class GrantedBodies:
         )
 
     def _proxy_json(self, record: ProxyRecord) -> str:
-        cached = self._proxies.get(record.key)
-        if cached is not None and cached[0] is record:
-            return cached[1]
-        if len(self._proxies) >= MAX_CACHED_PROXIES:
-            self._proxies.clear()
-        rendered = leased_proxy(record, _configured(record)).model_dump_json()
-        self._proxies[record.key] = (record, rendered)
-        return rendered
+        return _cached(self._proxies, record, _configured(record))
+
+    def _proxy_json_with(self, record: ProxyRecord, credentials: ProxyCredentials) -> str:
+        username, password = credentials.username, credentials.password
+        if not (_SPLICEABLE.fullmatch(username) and _SPLICEABLE.fullmatch(password)):
+            return leased_proxy(record, credentials).model_dump_json()
+        template = _cached(self._templates, record, ProxyCredentials(_USER, _PASSWORD))
+        return template.replace(_USER, username).replace(_PASSWORD, password)
+
+
+def _cached(
+    cache: dict[ProxyKey, tuple[ProxyRecord, str]],
+    record: ProxyRecord,
+    credentials: ProxyCredentials | None,
+) -> str:
+    """The record's `proxy` JSON with `credentials`, rendered once per record object."""
+    cached = cache.get(record.key)
+    if cached is not None and cached[0] is record:
+        return cached[1]
+    if len(cache) >= MAX_CACHED_PROXIES:
+        cache.clear()
+    rendered = leased_proxy(record, credentials).model_dump_json()
+    cache[record.key] = (record, rendered)
+    return rendered
 
 
 def _configured(record: ProxyRecord) -> ProxyCredentials | None:

@@ -70,13 +70,21 @@ def test_a_changed_record_is_rendered_anew() -> None:
     assert repr(bodies) == "<GrantedBodies [proxies cached: 1]>"
 
 
-def test_a_lease_with_credentials_of_its_own_carries_them() -> None:
+@pytest.mark.parametrize(
+    "own",
+    [
+        ProxyCredentials("5d0c6e1b9a2f.1700000000.open", "9b1f0c2d7e4a"),
+        ProxyCredentials("Odd User", "p@ss:w/rd"),  # not spliced: rendered whole
+    ],
+)
+def test_a_lease_with_credentials_of_its_own_carries_them(own: ProxyCredentials) -> None:
     keyed = replace(RECORD, credentials=ProxyCredentials("crawler", "operator-only", "key"))
-    lease = Lease(LeaseId("A" * 22), keyed, "example.com", 60, 1_700_000_000.0, pace=PACE)
-    own = ProxyCredentials("handle.1700000000.open", "signed")
-    body = GrantedBodies().render(lease, own)
-    assert body == model_json(lease, own)
-    assert "handle.1700000000.open:signed@" in body
+    bodies = GrantedBodies()
+    for lease_id in ("A" * 22, "B" * 22):  # the second from the cached template
+        lease = Lease(LeaseId(lease_id), keyed, "example.com", 60, 1_700_000_000.0, pace=PACE)
+        body = bodies.render(lease, own)
+        assert body == model_json(lease, own)
+        assert "operator-only" not in body
 
 
 def test_the_operator_credentials_of_a_signing_proxy_are_never_handed_out() -> None:
