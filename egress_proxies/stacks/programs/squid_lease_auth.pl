@@ -34,8 +34,9 @@ sub slurp {
     return $text;
 }
 
-my $key = slurp("$secret_dir/signingKey");
-die "no signing key in $secret_dir\n" unless defined $key && length $key;
+# squid logs why its helper could not start (the path and the error, never the key).
+my $key = slurp("$secret_dir/signingKey") // die "$secret_dir/signingKey: $!\n";
+die "$secret_dir/signingKey: empty\n" unless length $key;
 my $operator_user = slurp("$secret_dir/username") // '';
 my $operator_password = slurp("$secret_dir/password");
 my $operator_digest = defined $operator_password ? sha256_hex($operator_password)
