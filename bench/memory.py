@@ -52,6 +52,7 @@ from egress_proxies.devcluster.node import image_ref
 from egress_proxies.kube.resources import CONFIG_MAPS, PODS, SECRETS
 from egress_proxies.model import GROUP, VERSION, ProxySpec
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
+from egress_proxies.stacks.programs.squid_config import HELPER_FILE
 from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, pod_spec
 from egress_proxies.telemetry.memory import ENV as TRACEMALLOC_ENV
 from egress_proxies.telemetry.memory import FRAMES_ENV
@@ -186,10 +187,15 @@ async def open_squid(kube: KubeClient, namespace: str) -> str:
     """
     await kube.create(
         CONFIG_MAPS.path(namespace),
-        {"metadata": {"name": "open"}, "data": {"squid.conf": OPEN_SQUID + CONTAINER_DIRECTIVES}},
+        {
+            "metadata": {"name": "open"},
+            "data": {"squid.conf": OPEN_SQUID + CONTAINER_DIRECTIVES, HELPER_FILE: ""},
+        },
     )
+    # The files the pod spec mounts; an open squid reads none of them.
+    unused = dict.fromkeys(("username", "password", "signingKey"), "unused")
     await kube.create(
-        SECRETS.path(namespace), {"metadata": {"name": "open-auth"}, "stringData": {"passwd": ""}}
+        SECRETS.path(namespace), {"metadata": {"name": "open-auth"}, "stringData": unused}
     )
     spec = ProxySpec.model_validate(
         {"provider": "kubernetes", "kubernetes": {"image": image_ref("squid")}}

@@ -60,8 +60,9 @@ from egress_proxies.catalog import ProxyRecord, proxy_key
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.health import HttpProber
-from egress_proxies.kube.resources import PODS
+from egress_proxies.kube.resources import PODS, SECRETS
 from egress_proxies.model import ProxySpec, with_squid_image
+from egress_proxies.proxies.credentials import credentials_secret, new_signing_key
 from egress_proxies.proxies.reconcile import spec_hash
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.naming import PROJECT, instance_name, stack_name
@@ -188,8 +189,17 @@ def bare_inputs(namespace: str, name: str, spec: ProxySpec) -> ProgramInputs:
         uid=uid,
         instance_name=instance_name(uid),
         spec=with_squid_image(spec, image_ref("squid")),
-        credentials=ProxyCredentials("crawler", secrets.token_urlsafe(24)),
+        credentials=ProxyCredentials("crawler", secrets.token_urlsafe(24), new_signing_key()),
     )
+
+
+def bare_credentials_secret(inputs: ProgramInputs) -> dict[str, Any]:
+    """The credentials Secret the operator makes before the first `up` (the pod mounts it);
+    without the ownerReference, as no Proxy owns it here."""
+    body = {"metadata": {"name": inputs.name, "namespace": inputs.namespace, "uid": inputs.uid}}
+    secret = credentials_secret(body, inputs.credentials)
+    del secret["metadata"]["ownerReferences"]
+    return secret
 
 
 async def ready_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
@@ -210,6 +220,7 @@ async def bare_run(
     """Time create_stack + up + the pod Ready + one probe through it; then destroy, untimed."""
     calls_before, cpu_before = len(bare.calls()), meter.read()
     started = time.perf_counter()
+    secret = await kube.create(SECRETS.path(inputs.namespace), bare_credentials_secret(inputs))
     stack = await asyncio.to_thread(bare.up, inputs)
     pod = await ready_pod(kube, inputs.namespace, pod_name(inputs))
     provisioned = time.perf_counter() - started
@@ -230,6 +241,7 @@ async def bare_run(
         raise RuntimeError(f"the probe through the bare proxy failed: {result.detail}")
     calls = tuple(bare.calls()[calls_before:])
     await asyncio.to_thread(bare.destroy, stack)
+    await kube.delete(SECRETS.path(inputs.namespace, secret["metadata"]["name"]))
     return SingleRun(seconds, provisioned, cpu, calls)
 
 

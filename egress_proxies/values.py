@@ -12,6 +12,9 @@ from typing import NewType
 
 ProxyKey = NewType("ProxyKey", str)
 
+# The key of a managed proxy's credentials Secret that holds its lease-signing key.
+SIGNING_KEY = "signingKey"
+
 
 def proxy_key(namespace: str, name: str) -> ProxyKey:
     """`namespace/name`, the identity used across the health engine and the lease store."""
@@ -20,10 +23,19 @@ def proxy_key(namespace: str, name: str) -> ProxyKey:
 
 @dataclass(frozen=True)
 class ProxyCredentials:
-    """Basic-auth credentials a managed proxy requires (generated per Proxy)."""
+    """Basic-auth credentials a proxy requires.
+
+    A managed proxy's are the operator's own (its health probes use them) and
+    `signing_key` is the key its squid verifies lease credentials with
+    (leases/credentials.py); an External proxy's are its configured ones.
+    """
 
     username: str
     password: str
+    signing_key: str | None = None
 
     def __repr__(self) -> str:
-        return f"ProxyCredentials(username={self.username!r}, password=<redacted>)"
+        key = "none" if self.signing_key is None else "<redacted>"
+        return (
+            f"ProxyCredentials(username={self.username!r}, password=<redacted>, signing_key={key})"
+        )

@@ -3,8 +3,11 @@
 A `SquidProcess` runs Debian's squid as the `proxy` user (tied to this
 process by `setpriv --pdeathsig`, like the dev cluster's pods) on one or more
 `127.0.0.1` ports — at most 128, squid's limit per process. It is open, or
-authenticated exactly like a managed proxy: the project's own
-`squid_config.squid_conf` with a bcrypt `passwd_line`.
+authenticated with the project's own `squid_config.squid_conf`: a bcrypt
+`passwd_line` (an External proxy's static credentials), or, given
+`lease_proxy`, exactly like a managed proxy: the lease-credentials helper with
+the credentials' signing key, pulling its revocation list from
+`revocations_url` (None: signature and expiry only).
 
     with SquidProcess(ports=3, credentials=ProxyCredentials("u", "p")) as squid:
         squid.proxy_urls   # ["http://127.0.0.1:40123", ...]
@@ -33,7 +36,14 @@ from pathlib import Path
 
 from egress_proxies import toolchain
 from egress_proxies.stacks.inputs import ProxyCredentials
-from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
+from egress_proxies.stacks.programs.squid_config import (
+    HELPER_FILE,
+    LeaseAuth,
+    lease_auth_helper,
+    passwd_line,
+    squid_conf,
+)
+from egress_proxies.values import SIGNING_KEY
 from harness.process import ManagedProcess
 
 SQUID_USER = "proxy"
@@ -87,6 +97,8 @@ class SquidProcess(ManagedProcess):
         host: str = LOOPBACK,
         own_sources: bool = False,
         hosts: dict[str, str] | None = None,
+        lease_proxy: str | None = None,
+        revocations_url: str | None = None,
     ) -> None:
         if not 1 <= ports <= MAX_PORTS_PER_PROCESS:
             raise ValueError(f"one squid listens on 1 to {MAX_PORTS_PER_PROCESS} ports")
@@ -96,12 +108,23 @@ class SquidProcess(ManagedProcess):
         self.own_sources = own_sources
         self.hosts = dict(hosts or {})
         self.run_dir = Path(tempfile.mkdtemp(prefix="egress-proxies-squid-", dir="/tmp"))
+        self.lease_auth = (
+            None
+            if lease_proxy is None
+            else LeaseAuth(
+                helper_path=str(self.run_dir / HELPER_FILE),
+                secret_dir=str(self.run_dir / "auth"),
+                state_dir=str(self.run_dir),
+                proxy=lease_proxy,
+                revocations_url=revocations_url,
+            )
+        )
         self.log = self.run_dir / "squid.out"
         self._write_files()
 
     def __repr__(self) -> str:
         state = "not started" if self.child is None else repr(self.child)
-        auth = "auth" if self.credentials else "open"
+        auth = "lease auth" if self.lease_auth else "auth" if self.credentials else "open"
         return f"<SquidProcess {self.host} ports={len(self.ports)} {auth} {state}>"
 
     @property
@@ -120,7 +143,9 @@ class SquidProcess(ManagedProcess):
         if self.credentials is None:
             body = f"{listeners}\n{_OPEN_CONF}"
         else:
-            template = squid_conf(self.ports[0], passwd_path=str(self.run_dir / "passwd"))
+            template = squid_conf(
+                self.ports[0], str(self.run_dir / "passwd"), lease_auth=self.lease_auth
+            )
             body = template.replace(f"http_port {self.ports[0]}\n", f"{listeners}\n", 1)
         return body + self._routing() + _process_directives(self.run_dir)
 
@@ -146,10 +171,26 @@ class SquidProcess(ManagedProcess):
         if self.hosts:
             entries = "".join(f"{address} {name}\n" for name, address in self.hosts.items())
             (self.run_dir / "hosts").write_text(entries)
-        if self.credentials is not None:
+        if self.credentials is not None and self.lease_auth is None:
             (self.run_dir / "passwd").write_text(passwd_line(self.credentials))
+        paths = [self.run_dir, *self.run_dir.iterdir()]
+        if self.credentials is not None and self.lease_auth is not None:
+            key = self.credentials.signing_key
+            assert key is not None, "lease credentials are signed with the proxy's key"
+            auth = self.run_dir / "auth"
+            auth.mkdir()
+            paths.append(auth)
+            for name, value in (
+                ("username", self.credentials.username),
+                ("password", self.credentials.password),
+                (SIGNING_KEY, key),
+            ):
+                (auth / name).write_text(value)
+                paths.append(auth / name)
+            (self.run_dir / HELPER_FILE).write_text(lease_auth_helper())
+            paths.append(self.run_dir / HELPER_FILE)
         os.chmod(self.run_dir, 0o711)  # noqa: S103 (squid's user only traverses it)
-        for path in (self.run_dir, *self.run_dir.iterdir()):
+        for path in paths:
             os.chown(path, proxy_user.pw_uid, proxy_user.pw_gid)
 
     def start(self) -> None:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord, proxy_key, record_from_body
 from egress_proxies.model import GROUP
-from egress_proxies.values import ProxyCredentials
+from egress_proxies.values import SIGNING_KEY, ProxyCredentials
 from egress_proxies.vocabulary import POOL_LABEL
 
 SecretKey = tuple[str, str]  # (namespace, name)
@@ -197,7 +197,11 @@ class Fleet:
         data = self._secrets.get((namespace, secret_name)) if secret_name else None
         if not data or "username" not in data or "password" not in data:
             return None
-        return ProxyCredentials(username=data["username"], password=data["password"])
+        return ProxyCredentials(
+            username=data["username"],
+            password=data["password"],
+            signing_key=data.get(SIGNING_KEY) if spec.get("mode") != "External" else None,
+        )
 
     def _invalidate_namespace(self, namespace: str) -> None:
         for key in [key for key in self._records if key.startswith(f"{namespace}/")]:

@@ -16,6 +16,7 @@ from egress_proxies.leases import (
     Cooling,
     Lease,
     LeaseCounts,
+    LeaseEnds,
     LeaseId,
     LeaseStore,
     NoMatch,
@@ -69,12 +70,17 @@ class ObservedLeaseStore:
                 self._tally.granted(lease)
         return lease
 
-    async def release(self, lease_id: LeaseId) -> None:
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
         """End the lease in the store, then in the book."""
-        await self._store.release(lease_id)
+        key = await self._store.release(lease_id)
         self._book.released(lease_id)
         if self._tally is not None:
             self._tally.released(lease_id)
+        return key
+
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The store's released and renewed leases on the proxy."""
+        return await self._store.lease_ends(key)
 
     async def report(
         self,

@@ -9,6 +9,7 @@ from aiohttp.typedefs import Middleware
 
 from egress_proxies.catalog import ProxyCatalog
 from egress_proxies.discovery.auth import BearerAuth, TokenNames, TokenSource
+from egress_proxies.discovery.doors import ProxyDoors
 from egress_proxies.discovery.handlers import Handlers, LeaseRequestRecorder, PoolDemandRecorder
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.openapi import render_openapi
@@ -45,13 +46,10 @@ def create_app(
     """
     auth = BearerAuth(tokens, allow_no_auth=allow_no_auth, names=token_names)
     auth.refresh()
+    indexed = IndexedCatalog(catalog)
+    doors = ProxyDoors(indexed, store, tokens)
     handlers = Handlers(
-        IndexedCatalog(catalog),
-        store,
-        metrics,
-        render_openapi(store.max_ttl),
-        synced,
-        demand,
+        indexed, store, metrics, render_openapi(store.max_ttl), synced, doors, demand
     )
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     routes = Routes(app, auth, middlewares)
@@ -60,6 +58,8 @@ def create_app(
     routes.add("GET", "/readyz", handlers.ready, public=True)
     routes.add("GET", "/openapi.json", handlers.openapi, public=True)
     routes.add("GET", "/v1/proxies", handlers.list_proxies)
+    # Signed by the proxy's key, not a bearer token (doors.py).
+    routes.add("GET", "/v1/proxies/{namespace}/{name}/revocations", doors.revocations, public=True)
     routes.add("POST", "/v1/leases", handlers.acquire)
     routes.add("DELETE", lease, handlers.release)
     routes.add("POST", lease + "/report", handlers.report)

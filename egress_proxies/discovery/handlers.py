@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
+from egress_proxies.discovery.doors import ProxyDoors
 from egress_proxies.discovery.errors import DiscoveryApiError, json_response
 from egress_proxies.discovery.index import IndexedCatalog
 from egress_proxies.discovery.parsing import (
@@ -76,10 +77,12 @@ class Handlers:
         metrics: LeaseRequestRecorder | None,
         openapi_json: str,
         synced: Callable[[], bool],
+        doors: ProxyDoors,
         demand: PoolDemandRecorder | None = None,
     ) -> None:
         self._catalog = catalog
         self._store = store
+        self._doors = doors
         self._metrics = metrics
         self._demand = demand
         self._openapi_json = openapi_json
@@ -145,7 +148,8 @@ class Handlers:
             headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
             return json_response(_no_match_body(outcome, retry_after), 409, headers)
         self._count(GRANTED)
-        return json_response(self._granted.render(outcome), status=201)
+        credentials = self._doors.credentials(outcome, request.headers.get(hdrs.AUTHORIZATION))
+        return json_response(self._granted.render(outcome, credentials), status=201)
 
     async def renew(self, request: web.Request) -> web.Response:
         """POST /v1/leases/{leaseId}/renew: the lease now ends ttlSeconds from now."""
@@ -161,16 +165,22 @@ class Handlers:
             raise DiscoveryApiError(400, "invalid_request", str(error)) from None
         if lease is None:
             raise DiscoveryApiError(404, "unknown_lease", "no such lease, or it has ended")
-        return json_response(self._granted.render(lease))
+        credentials = self._doors.credentials(lease, request.headers.get(hdrs.AUTHORIZATION))
+        return json_response(self._granted.render(lease, credentials))
 
     async def release(self, request: web.Request) -> web.Response:
-        """DELETE /v1/leases/{leaseId}: end the lease; unknown or ended ids are fine too."""
+        """DELETE /v1/leases/{leaseId}: end the lease (its credentials are revoked on its
+        proxy); unknown or ended ids are fine too."""
         reject_query(request)
         await self._store.release(lease_id_of(request))
         return web.Response(status=204)
 
     async def report(self, request: web.Request) -> web.Response:
-        """POST /v1/leases/{leaseId}/report: ok (with a count), rate_limited or banned."""
+        """POST /v1/leases/{leaseId}/report: ok (with a count), rate_limited or banned.
+
+        `banned` ends the lease (its credentials are revoked on its proxy): the proxy
+        is cooling for the target, and a crawler that kept using it would make it worse.
+        """
         reject_query(request)
         lease_id = lease_id_of(request)
         report = await read_body(request, ReportRequest)
@@ -195,8 +205,10 @@ class Handlers:
         )
         if self._metrics is not None:
             self._metrics.lease_report(report.result.value, report.reason)
-        if self._demand is not None and report.result == ReportResult.BANNED:
-            self._demand.banned(proxy)
+        if report.result == ReportResult.BANNED:
+            await self._store.release(lease_id)
+            if self._demand is not None:
+                self._demand.banned(proxy)
         if outcome.paused_until is not None:
             logger.warning(
                 "ban storm: target %s paused until %s: most of a pool was banned by it",

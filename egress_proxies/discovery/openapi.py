@@ -23,6 +23,7 @@ from egress_proxies.discovery.schemas import (
     RenewRequest,
     ReportAccepted,
     ReportRequest,
+    Revocations,
 )
 from egress_proxies.leases import DEFAULT_MAX_TTL, LEASE_ID_PATTERN
 
@@ -135,6 +136,25 @@ def _paths() -> JsonObject:
                 },
             }
         },
+        "/v1/proxies/{namespace}/{name}/revocations": {
+            "get": {
+                "operationId": "proxyRevocations",
+                "summary": "What a managed proxy's squid pulls every second to check lease "
+                "credentials: leases released, leases renewed, tokens valid. Signed with the "
+                "proxy's key instead of a bearer token.",
+                "security": [{"proxySignature": []}],
+                "parameters": [
+                    {"name": part, "in": "path", "required": True, "schema": {"type": "string"}}
+                    for part in ("namespace", "name")
+                ],
+                "responses": {
+                    "200": _json("The proxy's revocation list.", _ref("Revocations")),
+                    "403": _error("Not a managed proxy's, or not signed with its key."),
+                    "503": _error("The lease store is unavailable: the proxy keeps its last list."),
+                    "default": _OTHER,
+                },
+            }
+        },
         "/v1/leases": {
             "post": {
                 "operationId": "acquireLease",
@@ -242,6 +262,7 @@ def openapi_document(max_ttl: int) -> JsonObject:
             (ProxyList, "serialization"),
             (ErrorBody, "serialization"),
             (Health, "serialization"),
+            (Revocations, "serialization"),
         ],
         ref_template=_REF,
     )
@@ -260,7 +281,17 @@ def openapi_document(max_ttl: int) -> JsonObject:
         "paths": _paths(),
         "components": {
             "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "proxySignature": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-Proxy-Signature",
+                    "description": "`<unix seconds>.<hex HMAC-SHA256 of "
+                    "'revocations|<namespace>/<name>|<unix seconds>' with the proxy's "
+                    "signing key>`, within 60 s of the server's clock.",
+                },
+            },
         },
     }
 

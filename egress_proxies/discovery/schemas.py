@@ -163,7 +163,13 @@ class RenewRequest(_Request):
 
 
 class Credentials(_Response):
-    """Basic-auth credentials the proxy requires."""
+    """Basic-auth credentials the proxy requires: for a managed proxy, this lease's own.
+
+    A managed proxy's lease credentials work on that proxy only, until the lease's
+    `expiresAt` (a renewal hands out new ones with the new end), and stop within
+    seconds of a release, a `banned` report or the removal of the token the lease
+    was asked for with. An External proxy's are its configured credentials.
+    """
 
     username: str
     password: str
@@ -186,6 +192,22 @@ class LeasedProxy(_Response):
     )
     attributes: dict[str, str]
     latency_millis: int | None
+
+
+class Revocations(_Response):
+    """200 from GET /v1/proxies/{namespace}/{name}/revocations (asked by the proxy itself)."""
+
+    revoked: list[str] = Field(
+        description="Handles of leases released on this proxy before their end."
+    )
+    renewed: dict[str, int] = Field(
+        description="Handles of renewed leases on this proxy and their current end (Unix "
+        "seconds): credentials of an earlier grant of the lease work until then."
+    )
+    tokens: list[str] = Field(
+        description="Tags of the bearer tokens valid now, as this proxy knows them; `open` "
+        "when the API takes no tokens."
+    )
 
 
 class PaceBody(_Response):

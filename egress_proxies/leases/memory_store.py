@@ -42,9 +42,14 @@ from egress_proxies.leases.store import (
     Cooling,
     InvalidTtlError,
     LeaseCounts,
+    LeaseEnds,
     RecordLookup,
 )
 from egress_proxies.leases.waiting import Waiting, contended_retry
+
+# A proxy's revocations nobody asks for are pruned when they reach a power of two
+# from this on (the proxy's own requests prune them too).
+_PRUNE_AFTER = 64
 
 
 class MemoryLeaseStore:
@@ -77,6 +82,10 @@ class MemoryLeaseStore:
         self._pairs: dict[ProxyKey, dict[str | None, int]] = {}
         self._expiry_queue: list[tuple[float, LeaseId]] = []
         self._ended = EndedLeases(limits.cooldown_window)
+        # Leases released before their end, per proxy -> that end (when it is forgotten).
+        self._revoked: dict[ProxyKey, dict[LeaseId, float]] = {}
+        # Renewed active leases per proxy -> their current end (dropped when they end).
+        self._renewed: dict[ProxyKey, dict[LeaseId, float]] = {}
 
     @property
     def max_ttl(self) -> int:
@@ -235,19 +244,39 @@ class MemoryLeaseStore:
             self._holders[lease.proxy.key][lease_id] = renewed
             if lease.target is not None:
                 self._target_leases[lease.target][lease_id] = renewed
+            self._renewed.setdefault(lease.proxy.key, {})[lease_id] = renewed.expires_at
             heapq.heappush(self._expiry_queue, (renewed.expires_at, lease_id))
             self._compact_expiry_queue()
             return renewed
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now; its proxy, or None when it was unknown, expired or released.
+
+        The lease stays revoked on its proxy for max ttl, the longest its
+        credentials can outlive it.
+        """
         with self._lock:
             now = self._clock.time()
             self._end_due(now)
             lease = self._active.get(lease_id)
-            if lease is not None:
-                self._end(lease, now)
-                self._compact_expiry_queue()
+            if lease is None:
+                return None
+            self._end(lease, now)
+            self._compact_expiry_queue()
+            key = lease.proxy.key
+            revoked = self._revoked.setdefault(key, {})
+            if len(revoked) >= _PRUNE_AFTER and not len(revoked) & (len(revoked) - 1):
+                _unexpired(self._revoked, key, now)  # at each power of two: amortised O(1)
+            self._revoked.setdefault(key, revoked)[lease_id] = lease.expires_at
+            return key
+
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases released before their end, and those renewed."""
+        with self._lock:
+            now = self._clock.time()
+            revoked = _unexpired(self._revoked, key, now)
+            renewed = _unexpired(self._renewed, key, now)
+            return LeaseEnds(tuple(revoked), dict(renewed))
 
     async def report(
         self,
@@ -298,6 +327,8 @@ class MemoryLeaseStore:
         """The proxy is gone: end its leases (late reports included) and drop its cooldowns."""
         with self._lock:
             self._pairs.pop(key, None)
+            self._revoked.pop(key, None)
+            self._renewed.pop(key, None)
             for lease in self._holders.pop(key, {}).values():
                 del self._active[lease.lease_id]
                 self._drop_from_target(lease)
@@ -371,6 +402,9 @@ class MemoryLeaseStore:
     def _end(self, lease: Lease, ended_at: float) -> None:
         del self._active[lease.lease_id]
         key = lease.proxy.key
+        renewed = self._renewed.get(key)
+        if renewed is not None and renewed.pop(lease.lease_id, None) is not None and not renewed:
+            del self._renewed[key]
         holders = self._holders[key]
         del holders[lease.lease_id]
         if not holders:
@@ -418,6 +452,20 @@ class MemoryLeaseStore:
         if len(self._expiry_queue) > 2 * len(self._active) + 1024:
             self._expiry_queue = [(lease.expires_at, i) for i, lease in self._active.items()]
             heapq.heapify(self._expiry_queue)
+
+
+def _unexpired(
+    entries: dict[ProxyKey, dict[LeaseId, float]], key: ProxyKey, now: float
+) -> dict[LeaseId, float]:
+    """The proxy's entries whose time has not passed (the rest are dropped)."""
+    kept = entries.get(key)
+    if not kept:
+        return {}
+    for lease_id in [i for i, until in kept.items() if until <= now]:
+        del kept[lease_id]
+    if not kept:
+        del entries[key]
+    return kept
 
 
 def _room_at(leases: Iterable[Lease], target: str | None) -> float:

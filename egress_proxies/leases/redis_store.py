@@ -46,6 +46,7 @@ from egress_proxies.leases.store import (
     Cooling,
     InvalidTtlError,
     LeaseCounts,
+    LeaseEnds,
     RecordLookup,
     StoreUnavailableError,
 )
@@ -64,6 +65,7 @@ SCRIPTS = (
     "counts",
     "cooling",
     "clear",
+    "ends",
 )
 # Pools (content-addressed key sets for the ban-storm guard) outlive any lease on them.
 _UNAVAILABLE = (
@@ -254,9 +256,19 @@ class RedisLeaseStore:
             pace=self._pace(target or None, reply[5:10]),
         )
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
-        await self._run("release", repr(self._clock.time()), lease_id, self._window)
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now; its proxy, or None when it was unknown, expired or released."""
+        key = await self._run("release", repr(self._clock.time()), lease_id, self._window)
+        return ProxyKey(key) if key else None
+
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases released before their end, and those renewed."""
+        reply = await self._run("ends", repr(self._clock.time()), key)
+        count = int(reply[0])
+        revoked = tuple(LeaseId(lease_id) for lease_id in reply[1 : 1 + count])
+        rest = reply[1 + count :]
+        renewed = {LeaseId(rest[i]): float(rest[i + 1]) for i in range(0, len(rest), 2)}
+        return LeaseEnds(revoked, renewed)
 
     async def report(
         self,

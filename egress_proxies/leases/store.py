@@ -8,8 +8,8 @@ one parametrised suite (tests/leases/test_lease_store.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from egress_proxies.catalog import ProxyKey, ProxyRecord
@@ -61,6 +61,19 @@ class Cooling:
 MAX_COOLDOWNS_LISTED = 10_000
 
 
+@dataclass(frozen=True)
+class LeaseEnds:
+    """A proxy's leases that end otherwise than their credentials say (leases/credentials.py).
+
+    `revoked`: released within the last max ttl (credentials last at most that long);
+    `renewed`: active leases renewed, by id, with their current end (a client that kept
+    the credentials of an earlier grant may use them until then).
+    """
+
+    revoked: tuple[LeaseId, ...] = ()
+    renewed: Mapping[LeaseId, float] = field(default_factory=dict)
+
+
 class LeaseStore(Protocol):
     """Leases and cooldowns for the whole fleet.
 
@@ -94,8 +107,14 @@ class LeaseStore(Protocol):
         """Extend an active lease to end `ttl_seconds` from now; None once it has ended."""
         ...
 
-    async def release(self, lease_id: LeaseId) -> None:
-        """End a lease now. Unknown, expired and already released ids are fine (idempotent)."""
+    async def release(self, lease_id: LeaseId) -> ProxyKey | None:
+        """End a lease now and revoke it on its proxy; the proxy, or None when the lease
+        was unknown, expired or released already (idempotent)."""
+        ...
+
+    async def lease_ends(self, key: ProxyKey) -> LeaseEnds:
+        """The proxy's leases that end otherwise than their credentials say: what the
+        proxy's revocation list names."""
         ...
 
     async def report(

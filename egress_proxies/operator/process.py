@@ -216,6 +216,7 @@ class Operator:
             adopt=functools.partial(adoptable, self.gce) if self.gce else None,
             shard=shard,
             squid_image=settings.squid_image,
+            proxy_discovery_url=settings.proxy_discovery_url,
         )
         register_login(self.registry, self.credentials)
         register(self.registry, self.components)

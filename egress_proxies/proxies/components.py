@@ -62,6 +62,8 @@ class Components:
     adopt: Callable[[str, str], Awaitable[str | None]] | None = None
     shard: Shard | None = None  # None: this operator owns every Proxy it watches
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
+    # The discovery API as proxies reach it (their revocation lists); None: not reachable.
+    proxy_discovery_url: str | None = None
 
     @property
     def bell(self) -> Bell:

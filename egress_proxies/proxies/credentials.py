@@ -1,8 +1,13 @@
-"""Per-Proxy proxy credentials, generated once and kept in a Secret the Proxy owns.
+"""Per-Proxy credentials and lease-signing key, generated once, kept in a Secret the Proxy owns.
 
-The Secret is created before the first `up` and passed into the program as
-a Pulumi secret; it carries the Proxy UID label and an ownerReference, so
-it goes with the Proxy even if the operator is not running.
+The Secret holds the operator's own username and password (the health
+probes authenticate with them; the lease API never hands them out) and the
+key the proxy's squid verifies lease credentials with (leases/credentials.py).
+It is created before the first `up`; a squid pod mounts it read-only, a VM
+gets it through its cloud-init. It carries the Proxy UID label and an
+ownerReference, so it goes with the Proxy even if the operator is not
+running: a Proxy made again gets a new key, and nothing keeps the old one.
+A Secret made before lease credentials existed gets its key on the next `up`.
 """
 
 from __future__ import annotations
@@ -16,16 +21,20 @@ from egress_proxies.kube import ConflictError, NotFoundError
 from egress_proxies.kube.resources import SECRETS
 from egress_proxies.model import GROUP, KIND, VERSION
 from egress_proxies.proxies.ports import ApiClient
-from egress_proxies.stacks.naming import instance_name
-from egress_proxies.values import ProxyCredentials
+from egress_proxies.stacks.naming import credentials_secret_name
+from egress_proxies.values import SIGNING_KEY, ProxyCredentials
 from egress_proxies.vocabulary import UID_LABEL
 
+__all__ = [
+    "USERNAME",
+    "credentials_secret",
+    "credentials_secret_name",
+    "delete_credentials",
+    "ensure_credentials",
+    "new_signing_key",
+]
+
 USERNAME = "crawler"
-
-
-def credentials_secret_name(uid: str) -> str:
-    """The name of a Proxy's credentials Secret."""
-    return f"{instance_name(uid)}-credentials"
 
 
 def credentials_secret(
@@ -54,8 +63,13 @@ def credentials_secret(
             ],
         },
         "data": {
-            "username": base64.b64encode(credentials.username.encode()).decode(),
-            "password": base64.b64encode(credentials.password.encode()).decode(),
+            name: base64.b64encode(value.encode()).decode()
+            for name, value in (
+                ("username", credentials.username),
+                ("password", credentials.password),
+                (SIGNING_KEY, credentials.signing_key),
+            )
+            if value is not None
         },
     }
 
@@ -70,8 +84,8 @@ async def ensure_credentials(
 
     A generated Secret carries `labels` (the operator shard's) beside the UID label.
     """
-    if known and "username" in known and "password" in known:
-        return ProxyCredentials(known["username"], known["password"])
+    if known and "username" in known and "password" in known and known.get(SIGNING_KEY):
+        return ProxyCredentials(known["username"], known["password"], known[SIGNING_KEY])
     meta = body["metadata"]
     namespace, name = meta["namespace"], credentials_secret_name(meta["uid"])
     try:
@@ -80,16 +94,35 @@ async def ensure_credentials(
         pass
     else:
         data = existing.get("data") or {}
-        return ProxyCredentials(
+        found = ProxyCredentials(
             base64.b64decode(data["username"]).decode(),
             base64.b64decode(data["password"]).decode(),
+            base64.b64decode(data.get(SIGNING_KEY, "")).decode() or None,
         )
-    generated = ProxyCredentials(USERNAME, secrets.token_urlsafe(24))
+        if found.signing_key is not None:
+            return found
+        return await _add_signing_key(client, namespace, name, found)
+    generated = ProxyCredentials(USERNAME, secrets.token_urlsafe(24), new_signing_key())
     try:
         await client.create(SECRETS.path(namespace), credentials_secret(body, generated, labels))
     except ConflictError:  # created concurrently: use that one
         return await ensure_credentials(client, body, None, labels)
     return generated
+
+
+def new_signing_key() -> str:
+    """A fresh lease-signing key: 32 random bytes as 64 hex characters."""
+    return secrets.token_hex(32)
+
+
+async def _add_signing_key(
+    client: ApiClient, namespace: str, name: str, found: ProxyCredentials
+) -> ProxyCredentials:
+    """Give a Secret made before lease credentials its key (patched in; the rest kept)."""
+    key = new_signing_key()
+    patch = {"data": {SIGNING_KEY: base64.b64encode(key.encode()).decode()}}
+    await client.patch(SECRETS.path(namespace, name), patch)
+    return ProxyCredentials(found.username, found.password, key)
 
 
 async def delete_credentials(client: ApiClient, namespace: str, uid: str) -> None:

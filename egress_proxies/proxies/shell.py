@@ -287,6 +287,7 @@ async def _up(
         ),
         cloud_init=observed.cloud_init,
         shard=c.shard.name if c.shard else None,
+        discovery_url=c.proxy_discovery_url,
     )
     stack = stack_name(view.namespace, view.name)
 

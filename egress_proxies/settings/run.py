@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -35,6 +36,12 @@ class RunSettings(
         DEFAULT_SQUID_IMAGE,
         "the squid image of a kubernetes Proxy whose spec.kubernetes.image is unset",
         min_length=1,
+    )
+    proxy_discovery_url: str | None = option(
+        None,
+        "the discovery API's URL as managed proxies reach it; each pulls its lease "
+        "revocation list from there every second (unset: lease credentials end only "
+        "when the lease expires)",
     )
     stack_worker_idle: float = option(
         30.0,
@@ -117,6 +124,13 @@ class RunSettings(
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [item for item in value.split(",") if item]
+        return value
+
+    @field_validator("proxy_discovery_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
         return value
 
     @field_validator("gcp_project", mode="before")

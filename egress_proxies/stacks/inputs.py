@@ -26,6 +26,8 @@ class ProgramInputs:
     port: int = SQUID_PORT
     adopt_instance: str | None = None  # a provider import id: an existing VM to take over
     shard: str | None = None  # the operator shard's name, labelled on every resource
+    # The discovery API as the proxy reaches it, for its revocation list (None: none).
+    discovery_url: str | None = None
 
     def __repr__(self) -> str:
         return (

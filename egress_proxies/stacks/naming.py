@@ -22,3 +22,8 @@ def instance_name(uid: str) -> str:
     """
     digest = hashlib.sha256(uid.encode()).digest()
     return "proxy-" + base64.b32encode(digest).decode().lower()[:16]
+
+
+def credentials_secret_name(uid: str) -> str:
+    """The name of a Proxy's credentials Secret (the operator makes it; a pod mounts it)."""
+    return f"{instance_name(uid)}-credentials"

@@ -24,8 +24,8 @@ from egress_proxies.devcluster import KubeClient
 from egress_proxies.devcluster.node import cgroup_name, image_ref
 from egress_proxies.model import ProxySpec
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
-from egress_proxies.stacks.programs.squid_config import passwd_line, squid_conf
-from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES
+from egress_proxies.stacks.programs.squid_config import HELPER_FILE, lease_auth_helper, squid_conf
+from egress_proxies.stacks.programs.squid_pod import CONTAINER_DIRECTIVES, lease_auth
 from egress_proxies.stacks.programs.squid_pod import pod_spec as program_pod_spec
 from harness.cluster import ClusterHandle, wait_for
 from harness.origins import serve_origin
@@ -34,7 +34,7 @@ from tests.conftest import create_namespace
 
 pytestmark = pytest.mark.integration
 
-CREDENTIALS = ProxyCredentials(username="crawler", password="a-long-random-password-1234")
+CREDENTIALS = ProxyCredentials("crawler", "a-long-random-password-1234", "k" * 64)
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 
 
@@ -75,7 +75,8 @@ def kubectl(cluster: ClusterHandle, *args: str, check: bool = True) -> str:
 
 
 def program_objects(name: str) -> tuple[dict[str, Any], ...]:
-    """The Secret, ConfigMap and Pod the squid program declares, on the local squid image."""
+    """The credentials Secret (the operator's), and the ConfigMap and Pod the squid program
+    declares, on the local squid image."""
     spec = ProxySpec.model_validate(
         {"provider": "kubernetes", "kubernetes": {"image": image_ref("squid")}}
     )
@@ -89,10 +90,21 @@ def program_objects(name: str) -> tuple[dict[str, Any], ...]:
         cloud_init=None,
     )
     return (
-        {"metadata": {"name": f"{name}-auth"}, "stringData": {"passwd": passwd_line(CREDENTIALS)}},
+        {
+            "metadata": {"name": f"{name}-auth"},
+            "stringData": {
+                "username": CREDENTIALS.username,
+                "password": CREDENTIALS.password,
+                "signingKey": str(CREDENTIALS.signing_key),
+            },
+        },
         {
             "metadata": {"name": f"{name}-config"},
-            "data": {"squid.conf": squid_conf(3128) + CONTAINER_DIRECTIVES},
+            "data": {
+                "squid.conf": squid_conf(3128, lease_auth=lease_auth(inputs))
+                + CONTAINER_DIRECTIVES,
+                HELPER_FILE: lease_auth_helper(),
+            },
         },
         {
             "metadata": {"name": name, "labels": {"app": name}},
@@ -198,7 +210,7 @@ async def test_the_previous_pod_spec_crash_loops_with_squids_permission_error(
     real_node: ClusterHandle, node_kube: KubeClient, node_namespace: str
 ) -> None:
     # The pod as the program declared it before Pod Security "restricted": no
-    # fsGroup, so the passwd file (root:root 0440) is unreadable to squid's user.
+    # fsGroup, so the Secret's files (root:root 0440) are unreadable to squid's user.
     secret, config, pod = program_objects("legacy")
     spec = pod["spec"]
     del spec["securityContext"]["fsGroup"]
@@ -208,7 +220,7 @@ async def test_the_previous_pod_spec_crash_loops_with_squids_permission_error(
     pod_ip = running["status"]["podIP"]
     base = f"/api/v1/namespaces/{node_namespace}/pods/legacy"
 
-    # Each request starts squid's auth helper, which cannot read the file;
+    # squid's auth helper cannot read the key;
     # squid dies once its helpers crash too rapidly, and the kubelet restarts it.
     async def crashed() -> dict[str, Any] | None:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -222,8 +234,8 @@ async def test_the_previous_pod_spec_crash_loops_with_squids_permission_error(
     assert status["restartCount"] >= 1
     assert status["lastState"]["terminated"]["exitCode"] == 1
     logs = kubectl(real_node, "logs", "--previous", "-n", node_namespace, "legacy")
-    print("kubectl logs --previous:", [line for line in logs.splitlines() if "passwd" in line])
-    assert "/etc/squid/auth/passwd: (13) Permission denied" in logs
+    print("kubectl logs --previous:", [line for line in logs.splitlines() if "auth" in line])
+    assert "/etc/squid/auth/signingKey: Permission denied" in logs
 
 
 async def test_an_image_the_node_lacks_fails_to_pull_in_the_runtime(

@@ -54,6 +54,7 @@ async def test_openapi_document_is_served(api: Api) -> None:
         "/readyz",
         "/openapi.json",
         "/v1/proxies",
+        "/v1/proxies/{namespace}/{name}/revocations",
         "/v1/leases",
         "/v1/leases/{leaseId}",
         "/v1/leases/{leaseId}/report",

@@ -32,6 +32,7 @@ EXAMPLES = {
     ("GET /openapi.json", POSITIVE): 1,
     ("GET /readyz", POSITIVE): 5,
     ("GET /v1/proxies", POSITIVE): 50,
+    ("GET /v1/proxies/{namespace}/{name}/revocations", POSITIVE): 20,
     ("POST /v1/leases", POSITIVE): 420,
     ("POST /v1/leases", NEGATIVE): 80,
     ("DELETE /v1/leases/{leaseId}", POSITIVE): 40,

@@ -33,10 +33,11 @@ RECORD = ProxyRecord(
 PACE = Pace(rate=1.0, burst=1, lowered_at=None)
 
 
-def model_json(lease: Lease) -> str:
+def model_json(lease: Lease, credentials: ProxyCredentials | None = None) -> str:
+    handed = lease.proxy.credentials if credentials is None else credentials
     return LeaseGranted(
         lease_id=lease.lease_id,
-        proxy=leased_proxy(lease.proxy),
+        proxy=leased_proxy(lease.proxy, handed),
         target=lease.target,
         ttl_seconds=lease.ttl_seconds,
         expires_at=datetime.fromtimestamp(lease.expires_at, UTC),
@@ -69,3 +70,28 @@ def test_a_changed_record_is_rendered_anew() -> None:
     moved = replace(first, proxy=replace(RECORD, host="10.0.0.2"))
     assert bodies.render(moved) == model_json(moved)
     assert repr(bodies) == "<GrantedBodies [proxies cached: 1]>"
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        ProxyCredentials("5d0c6e1b9a2f.1700000000.open", "9b1f0c2d7e4a"),
+        ProxyCredentials("Odd User", "p@ss:w/rd"),  # not spliced: rendered whole
+    ],
+)
+def test_a_lease_with_credentials_of_its_own_carries_them(own: ProxyCredentials) -> None:
+    keyed = replace(RECORD, credentials=ProxyCredentials("crawler", "operator-only", "key"))
+    bodies = GrantedBodies()
+    for lease_id in ("A" * 22, "B" * 22):  # the second from the cached template
+        lease = Lease(LeaseId(lease_id), keyed, "example.com", 60, 1_700_000_000.0, pace=PACE)
+        body = bodies.render(lease, own)
+        assert body == model_json(lease, own)
+        assert "operator-only" not in body
+
+
+def test_the_operator_credentials_of_a_signing_proxy_are_never_handed_out() -> None:
+    keyed = replace(RECORD, credentials=ProxyCredentials("crawler", "operator-only", "key"))
+    lease = Lease(LeaseId("A" * 22), keyed, None, 60, 1_700_000_000.0, pace=PACE)
+    body = GrantedBodies().render(lease)
+    assert "operator-only" not in body
+    assert '"credentials":null' in body

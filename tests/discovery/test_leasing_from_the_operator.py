@@ -82,7 +82,8 @@ async def test_lease_fetch_unhealthy_never_offered_and_delete_ends_leases(
         lease = await wait_for(leased, timeout=30)
         proxy = lease["proxy"]
         assert (proxy["namespace"], proxy["name"]) == (namespace, "leasable")
-        assert proxy["credentials"]["username"] == "crawler"
+        # The lease's own credentials, never the operator's (tests/e2e/test_lease_credentials.py).
+        assert proxy["credentials"]["username"] != "crawler"
         assert await crawler.fetch(proxy["urlWithCredentials"], origin.url) == ORIGIN_BODY
         assert await crawler.report(lease["leaseId"], "ok") == 200
         assert await crawler.release(lease["leaseId"]) == 204

@@ -18,6 +18,7 @@ from egress_proxies.leases import (
     InvalidTtlError,
     Lease,
     LeaseCounts,
+    LeaseEnds,
     LeaseId,
     LeaseLimits,
     LeaseStore,
@@ -333,3 +334,46 @@ async def test_a_ban_storm_pauses_the_target_for_the_whole_pool(make_store: Make
     assert no_match.target_paused and no_match.in_cooldown == 4
     granted(await store.acquire(candidates, "other.example", 60))
     assert (await store.counts()).paused_targets == 1
+
+
+async def test_a_lease_released_early_is_revoked_on_its_proxy_until_its_end(
+    store: LeaseStore, clock: ManualClock
+) -> None:
+    only, other = record("only", max_leases=3), record("other")
+    early = granted(await store.acquire(pool(only), None, 60))
+    kept = granted(await store.acquire(pool(only), None, 60))
+    assert await store.release(early.lease_id) == only.key
+    assert await store.release(early.lease_id) is None  # once
+    assert (await store.lease_ends(only.key)).revoked == (early.lease_id,)
+    assert (await store.lease_ends(other.key)).revoked == ()
+    clock.advance(60)
+    # Its credentials have expired by now: nothing left to revoke.
+    assert await store.release(kept.lease_id) is None
+    assert (await store.lease_ends(only.key)).revoked == ()
+
+
+async def test_a_renewed_lease_tells_its_proxy_its_new_end_until_it_ends(
+    store: LeaseStore, clock: ManualClock
+) -> None:
+    only = record("only", max_leases=2)
+    lease = granted(await store.acquire(pool(only), None, 30))
+    clock.advance(10)
+    renewed = await store.renew(lease.lease_id, 60, RECORDS.get)
+    assert renewed is not None
+    assert (await store.lease_ends(only.key)).renewed == {lease.lease_id: renewed.expires_at}
+    await store.release(lease.lease_id)
+    ends = await store.lease_ends(only.key)
+    assert ends.renewed == {}
+    assert ends.revoked == (lease.lease_id,)
+    other = granted(await store.acquire(pool(only), None, 30))
+    await store.renew(other.lease_id, 30, RECORDS.get)
+    clock.advance(30)
+    assert (await store.lease_ends(only.key)).renewed == {}
+
+
+async def test_forgetting_a_proxy_forgets_its_revocations(store: LeaseStore) -> None:
+    only = record("only")
+    lease = granted(await store.acquire(pool(only), None, 60))
+    await store.release(lease.lease_id)
+    await store.forget_proxy(only.key)
+    assert await store.lease_ends(only.key) == LeaseEnds()

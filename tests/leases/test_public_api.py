@@ -27,6 +27,7 @@ def test_leases_exports() -> None:
         "Lease",
         "LeaseId",
         "LeaseCounts",
+        "LeaseEnds",
         "LeaseLimits",
         "LeaseStore",
         "MemoryLeaseStore",

@@ -116,6 +116,7 @@ MALFORMED = {
     "shard_name": "Not_A_Name",
     "standalone": "perhaps",
     "squid_image": "",
+    "proxy_discovery_url": "egress-proxies:8090",
 }
 ANY_TEXT = {
     "kubeconfig",

@@ -11,15 +11,26 @@ import yaml
 
 from egress_proxies.model import ProxySpec
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
-from egress_proxies.stacks.programs.gce_vm import MERGE_TYPE, SQUID_CONF_PATH, render_user_data
-from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
+from egress_proxies.stacks.programs.gce_vm import (
+    AUTH_DIR,
+    HELPER_PATH,
+    MERGE_TYPE,
+    SQUID_CONF_PATH,
+    lease_auth,
+    render_user_data,
+)
+from egress_proxies.stacks.programs.squid_config import lease_auth_helper, squid_conf
 
 pytestmark = pytest.mark.unit
 
-CREDENTIALS = ProxyCredentials("crawler", "s3cret-password")
+KEY = "k" * 64
 
 
-def inputs(cloud_init: str | None = None, password: str = "s3cret-password") -> ProgramInputs:
+def inputs(
+    cloud_init: str | None = None,
+    password: str = "s3cret-password",
+    discovery_url: str | None = "http://discovery.example:8090",
+) -> ProgramInputs:
     spec = {"zone": "europe-west4-b", "machineType": "e2-small", "image": "ubuntu-2404"}
     return ProgramInputs(
         namespace="crawl",
@@ -27,9 +38,10 @@ def inputs(cloud_init: str | None = None, password: str = "s3cret-password") -> 
         uid="6f1c2a4e-93b7-4d2e-8f1a-0c5e7b9d3a21",
         instance_name="proxy-abcdefghijklmnop",
         spec=ProxySpec.model_validate({"provider": "gcp", "gcp": spec}),
-        credentials=ProxyCredentials("crawler", password),
+        credentials=ProxyCredentials("crawler", password, KEY),
         cloud_init=cloud_init,
         port=3129,
+        discovery_url=discovery_url,
     )
 
 
@@ -54,22 +66,37 @@ def squid_config(part: Message) -> dict[str, Any]:
     return config
 
 
-def test_without_cloud_init_the_user_data_installs_squid_with_its_config_and_credentials() -> None:
+def test_without_cloud_init_the_user_data_installs_squid_with_the_lease_helper_and_key() -> None:
     [squid] = parts(render_user_data(inputs()))
 
     config = squid_config(squid)
-    assert config["packages"] == ["squid"]
+    assert config["packages"] == ["squid", "perl"]
     files = {entry["path"]: entry for entry in config["write_files"]}
-    assert files[SQUID_CONF_PATH]["content"] == squid_conf(3129)
-    assert files[PASSWD_PATH]["content"] == passwd_line(CREDENTIALS)
-    assert files[PASSWD_PATH]["owner"] == "root:proxy"
-    assert files[PASSWD_PATH]["permissions"] == "0640"
+    conf = files[SQUID_CONF_PATH]["content"]
+    assert conf == squid_conf(3129, lease_auth=lease_auth(inputs()))
+    assert (
+        "program /usr/bin/perl /etc/squid/squid_lease_auth.pl /etc/squid/auth crawl/proxy-a "
+        "http://discovery.example:8090/v1/proxies/crawl/proxy-a/revocations /var/spool/squid"
+    ) in conf
+    assert "credentialsttl 2 seconds" in conf
+    assert files[HELPER_PATH]["content"] == lease_auth_helper()
+    assert files[f"{AUTH_DIR}/signingKey"]["content"] == KEY
+    assert files[f"{AUTH_DIR}/username"]["content"] == "crawler"
+    for name in ("signingKey", "username", "passwordSha256"):
+        assert files[f"{AUTH_DIR}/{name}"]["owner"] == "root:proxy"
+        assert files[f"{AUTH_DIR}/{name}"]["permissions"] == "0640"
     assert all(entry["defer"] is True for entry in files.values())
     assert config["runcmd"][-1] == ["systemctl", "restart", "squid"]
 
 
 def test_the_password_itself_is_never_in_the_user_data() -> None:
     assert "s3cret-password" not in render_user_data(inputs())
+
+
+def test_without_a_discovery_url_the_helper_checks_signature_and_expiry_only() -> None:
+    [squid] = parts(render_user_data(inputs(discovery_url=None)))
+    files = {entry["path"]: entry for entry in squid_config(squid)["write_files"]}
+    assert " crawl/proxy-a - /var/spool/squid" in files[SQUID_CONF_PATH]["content"]
 
 
 def test_a_cloud_config_comes_first_verbatim_for_cloud_init_to_type_and_merge() -> None:

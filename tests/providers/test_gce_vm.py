@@ -126,7 +126,7 @@ def proxy(cloud_init: str | None = None, **gcp: Any) -> ProgramInputs:
         uid=UID,
         instance_name=NAME,
         spec=ProxySpec.model_validate({"provider": "gcp", "gcp": spec}),
-        credentials=ProxyCredentials("crawler", "s3cret-password"),
+        credentials=ProxyCredentials("crawler", "s3cret-password", "k" * 64),
         cloud_init=cloud_init,
     )
 
@@ -166,6 +166,8 @@ def test_user_data_is_sent_as_a_secret_and_its_output_kept_secret() -> None:
     plaintext = user_data.struct_value.fields["value"].string_value
     assert "packages: [htop]" in plaintext
     assert "s3cret-password" not in plaintext
+    # The signing key reaches the VM only inside this secret (its squid's helper needs it).
+    assert "k" * 64 in plaintext
     assert "metadata" in request.additionalSecretOutputs
 
 

@@ -119,7 +119,7 @@ async def test_apply_edit_rotate_and_delete(
     generated = [
         s["metadata"]["name"] for s in secrets_before["items"] if s["metadata"]["name"] != "init"
     ]
-    assert generated, "the credentials and auth Secrets exist before deletion"
+    assert generated, "the credentials Secret exists before deletion"
     await kube.delete(proxy_path(namespace, "p1"))
     await wait_gone(kube, proxy_path(namespace, "p1"))
 

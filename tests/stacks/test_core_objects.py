@@ -84,7 +84,7 @@ async def test_a_stack_made_by_the_typed_sdk_is_unchanged_by_the_current_program
         uid="uid-same",
         instance_name="same",
         spec=ProxySpec.model_validate({"provider": "kubernetes", "kubernetes": {}}),
-        credentials=ProxyCredentials(username="crawler", password=secrets.token_urlsafe(24)),
+        credentials=ProxyCredentials("crawler", secrets.token_urlsafe(24), secrets.token_hex(32)),
     )
     runner = StackRunner(
         RunnerSettings(
@@ -111,15 +111,22 @@ async def test_a_stack_made_by_the_typed_sdk_is_unchanged_by_the_current_program
         outputs = await runner.up(stack, inputs.uid, lambda: squid_pod.squid_pod_program(inputs))
         after = core_resources(runner, stack)
 
-        assert len(before) == 3
+        assert len(before) == 2  # the ConfigMap and the Pod: the Secret is the operator's
         assert outputs == typed_outputs
         assert after.keys() == before.keys()
         for urn, resource in after.items():
             was, now = comparable(before[urn]), comparable(resource)
             for field in was:
                 assert now[field] == was[field], (urn, field)
-        secret = next(r for r in after.values() if r["type"].endswith(":Secret"))
-        assert secret["additionalSecretOutputs"] == ["data", "stringData"]
+        assert not [r for r in after.values() if r["type"].endswith(":Secret")]
+        # Neither the signing key nor the operator's password is anywhere in Pulumi's state.
+        state = "".join(
+            path.read_text(errors="replace")
+            for path in (tmp_path / "state").rglob("*")
+            if path.is_file()
+        )
+        assert str(inputs.credentials.signing_key) not in state
+        assert inputs.credentials.password not in state
         assert (await kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}"))["metadata"][
             "uid"
         ] == pod_uid

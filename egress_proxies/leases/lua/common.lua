@@ -14,6 +14,8 @@
 --   bans:<target> zset  proxy key -> when it was banned for the target
 --   paused        zset  target -> pause end
 --   pool:<digest> set   the offerable proxy keys of one candidate pool
+--   revoked:<key> zset  lease id released before its end -> that end, per proxy
+--   renewed:<key> zset  renewed active lease id -> its current end, per proxy
 --   seq           string lease sequence; forgot hash: proxy key -> sequence when forgotten
 --   (and the pace's keys, below)
 -- Times are the caller's clock in seconds, passed as strings and returned as %.17g.

@@ -10,6 +10,8 @@ for _, id in ipairs(redis.call('ZRANGE', B .. 'holders:' .. key, 0, -1)) do
 end
 redis.call('DEL', B .. 'pace:' .. key)
 redis.call('DEL', B .. 'holders:' .. key)
+redis.call('DEL', B .. 'revoked:' .. key)
+redis.call('DEL', B .. 'renewed:' .. key)
 redis.call('HDEL', B .. 'held', key)
 redis.call('HSET', B .. 'forgot', key, redis.call('GET', B .. 'seq') or '0')
 local fields = redis.call('HKEYS', B .. 'cool:' .. key)

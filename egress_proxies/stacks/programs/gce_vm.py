@@ -14,7 +14,10 @@ of its own name besides `spec.gcp.tags`, and no service account.
 Its user-data is a MIME multipart that cloud-init merges (lists appended,
 the Proxy's own keys kept): the Proxy's cloud-init first, then a
 cloud-config that installs Squid with the shared authenticated
-configuration and the Proxy's credentials. It is a secret in state.
+configuration, the lease-credentials helper, the Proxy's signing key and the
+digest of the operator's password (the password itself is not there). It is
+a secret in state: the VM's metadata is the only way in for the key. No
+lease's credentials ever are: the discovery API signs them with the key.
 cloud-init runs at first boot only, so a user-data change replaces the VM,
 as does a change of machine type, network or subnetwork (which Compute
 applies only by stopping the VM); the instance name is fixed, so the old VM
@@ -47,11 +50,21 @@ from egress_proxies.providers.gcp import instance_id
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.programs.errors import PermanentProgramError
-from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
+from egress_proxies.stacks.programs.squid_config import (
+    LeaseAuth,
+    lease_auth_helper,
+    revocations_url,
+    squid_conf,
+)
+from egress_proxies.values import SIGNING_KEY
 from egress_proxies.vocabulary import GCE_SHARD_LABEL, GCE_UID_LABEL
 
 USER_DATA_KEY = "user-data"
 SQUID_CONF_PATH = "/etc/squid/squid.conf"
+HELPER_PATH = "/etc/squid/squid_lease_auth.pl"
+AUTH_DIR = "/etc/squid/auth"
+# Writable by squid's `proxy` user on Debian and Ubuntu: the helper's revocation list.
+STATE_DIR = "/var/spool/squid"
 MERGE_TYPE = "list(append)+dict(no_replace,recurse_list)+str()"
 DEFAULT_NETWORK = "default"
 # MIME's own line limit (RFC 5322) rather than e-mail's 78, so config files stay plain text.
@@ -191,30 +204,59 @@ def render_user_data(inputs: ProgramInputs) -> str:
     return message.as_string()
 
 
+def lease_auth(inputs: ProgramInputs) -> LeaseAuth:
+    """Where the VM's helper finds its files and its revocation list."""
+    return LeaseAuth(
+        helper_path=HELPER_PATH,
+        secret_dir=AUTH_DIR,
+        state_dir=STATE_DIR,
+        proxy=f"{inputs.namespace}/{inputs.name}",
+        revocations_url=revocations_url(inputs.discovery_url, inputs.namespace, inputs.name),
+    )
+
+
 def squid_cloud_config(inputs: ProgramInputs) -> str:
-    """A cloud-config that installs Squid with the shared configuration and the credentials.
+    """A cloud-config that installs Squid and Perl with the shared configuration, the
+    lease-credentials helper, the signing key and the operator password's digest.
 
     cloud-init installs packages (refreshing the package lists first) and
     then writes deferred files, so the package neither overwrites them nor
-    lacks the `proxy` group the credentials file belongs to.
+    lacks the `proxy` group the secret files belong to.
     """
+    credentials = inputs.credentials
+    assert credentials.signing_key is not None, "the operator gives every managed proxy a key"
+    secret_files = {
+        "username": credentials.username,
+        "passwordSha256": hashlib.sha256(credentials.password.encode()).hexdigest(),
+        SIGNING_KEY: credentials.signing_key,
+    }
     config = {
-        "packages": ["squid"],
+        "packages": ["squid", "perl"],
         "write_files": [
             {
                 "path": SQUID_CONF_PATH,
-                "content": squid_conf(inputs.port),
+                "content": squid_conf(inputs.port, lease_auth=lease_auth(inputs)),
                 "owner": "root:root",
                 "permissions": "0644",
                 "defer": True,
             },
             {
-                "path": PASSWD_PATH,
-                "content": passwd_line(inputs.credentials),
-                "owner": "root:proxy",
-                "permissions": "0640",
+                "path": HELPER_PATH,
+                "content": lease_auth_helper(),
+                "owner": "root:root",
+                "permissions": "0755",
                 "defer": True,
             },
+            *(
+                {
+                    "path": f"{AUTH_DIR}/{name}",
+                    "content": value,
+                    "owner": "root:proxy",
+                    "permissions": "0640",
+                    "defer": True,
+                }
+                for name, value in secret_files.items()
+            ),
         ],
         "runcmd": [["systemctl", "enable", "squid"], ["systemctl", "restart", "squid"]],
     }

@@ -1,7 +1,9 @@
 """Inline program: one authenticated Squid pod in the Proxy's namespace.
 
-Declares a Secret (the bcrypt passwd file), a ConfigMap (squid.conf) and the
-Pod, all named from the Proxy UID and labelled with it. The pod's name ends
+Declares a ConfigMap (squid.conf and the lease-credentials helper) and the
+Pod, named from the Proxy UID and labelled with it. The pod mounts the
+Proxy's credentials Secret read-only (the operator makes it, so the signing
+key never passes through Pulumi's state). The pod's name ends
 in a digest of everything that shapes it, so a changed spec (or cloud-init,
 which reaches the pod as an environment value) is a new pod, created before
 the old one is deleted: the new pod never waits for the old name to be free.
@@ -10,8 +12,8 @@ Kubernetes inventory lists it under).
 
 The pod meets Pod Security "restricted": squid runs as the image's
 non-root user with no capabilities and a read-only root filesystem; its pid
-file, logs and spool live in emptyDirs, and `fsGroup` makes the 0440
-passwd file readable. `up` does not wait for the pod to become ready
+file, logs, spool and the helper's revocation list live in emptyDirs, and
+`fsGroup` makes the 0440 Secret files readable. `up` does not wait for the pod to become ready
 (`pulumi.com/skipAwait`): the operator watches its pods, so a pod that can
 never start costs a stack operation seconds, not pulumi-kubernetes'
 ten-minute Pod await. Readiness and liveness probes on squid's port: the
@@ -30,12 +32,21 @@ import pulumi
 from egress_proxies.model import DEFAULT_SQUID_IMAGE
 from egress_proxies.stacks import outputs
 from egress_proxies.stacks.inputs import ProgramInputs
+from egress_proxies.stacks.naming import credentials_secret_name
 from egress_proxies.stacks.programs.core_objects import CoreObject
-from egress_proxies.stacks.programs.squid_config import PASSWD_PATH, passwd_line, squid_conf
+from egress_proxies.stacks.programs.squid_config import (
+    HELPER_FILE,
+    LeaseAuth,
+    lease_auth_helper,
+    revocations_url,
+    squid_conf,
+)
+from egress_proxies.values import SIGNING_KEY
 from egress_proxies.vocabulary import SHARD_LABEL, UID_LABEL
 
 CONFIG_MOUNT = "/etc/squid/squid.conf"
-AUTH_MOUNT = PASSWD_PATH.rsplit("/", 1)[0]
+HELPER_MOUNT = f"/etc/squid/{HELPER_FILE}"
+AUTH_MOUNT = "/etc/squid/auth"
 SQUID_BINARY = "/usr/sbin/squid"
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # Writable paths under a read-only root filesystem: each is an emptyDir.
@@ -71,23 +82,19 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
         labels[SHARD_LABEL] = inputs.shard
     metadata = {"name": name, "namespace": inputs.namespace, "labels": labels}
 
-    auth = CoreObject(
-        "Secret",
-        "auth",
-        {
-            "metadata": {**metadata, "name": f"{name}-auth"},
-            "stringData": pulumi.Output.secret({"passwd": passwd_line(inputs.credentials)}),
-        },
-    )
     config = CoreObject(
         "ConfigMap",
         "config",
         {
             "metadata": {**metadata, "name": f"{name}-config"},
-            "data": {"squid.conf": squid_conf(inputs.port) + CONTAINER_DIRECTIVES},
+            "data": {
+                "squid.conf": squid_conf(inputs.port, lease_auth=lease_auth(inputs))
+                + CONTAINER_DIRECTIVES,
+                HELPER_FILE: lease_auth_helper(),
+            },
         },
     )
-    auth_name = auth.metadata["name"]
+    auth_name = credentials_secret_name(inputs.uid)
     config_name = config.metadata["name"]
     pod = CoreObject(
         "Pod",
@@ -104,6 +111,17 @@ def squid_pod_program(inputs: ProgramInputs) -> None:
     )
 
 
+def lease_auth(inputs: ProgramInputs) -> LeaseAuth:
+    """Where the pod's helper finds its Secret and scratch space, and its revocation list."""
+    return LeaseAuth(
+        helper_path=HELPER_MOUNT,
+        secret_dir=AUTH_MOUNT,
+        state_dir=RUN_DIR,
+        proxy=f"{inputs.namespace}/{inputs.name}",
+        revocations_url=revocations_url(inputs.discovery_url, inputs.namespace, inputs.name),
+    )
+
+
 def pod_name(inputs: ProgramInputs) -> str:
     """`<instance name>-<digest of the pod's shape>`: a new shape is a new name."""
     shape = json.dumps(
@@ -111,6 +129,9 @@ def pod_name(inputs: ProgramInputs) -> str:
             inputs.spec.kubernetes.model_dump(mode="json") if inputs.spec.kubernetes else None,
             inputs.port,
             hashlib.sha256(inputs.cloud_init.encode()).hexdigest() if inputs.cloud_init else None,
+            # A new helper or revocation list address reaches squid only in a new pod.
+            hashlib.sha256(lease_auth_helper().encode()).hexdigest(),
+            inputs.discovery_url,
         ],
         sort_keys=True,
     )
@@ -152,6 +173,7 @@ def pod_spec(inputs: ProgramInputs, auth_name: Any, config_name: Any) -> dict[st
         },
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "subPath": "squid.conf"},
+            {"name": "config", "mountPath": HELPER_MOUNT, "subPath": HELPER_FILE},
             {"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True},
             {"name": "run", "mountPath": RUN_DIR},
             {"name": "log", "mountPath": LOG_DIR},
@@ -173,7 +195,16 @@ def pod_spec(inputs: ProgramInputs, auth_name: Any, config_name: Any) -> dict[st
         },
         "volumes": [
             {"name": "config", "configMap": {"name": config_name}},
-            {"name": "auth", "secret": {"secretName": auth_name, "defaultMode": 0o440}},
+            {
+                "name": "auth",
+                "secret": {
+                    "secretName": auth_name,
+                    "defaultMode": 0o440,
+                    "items": [
+                        {"key": key, "path": key} for key in ("username", "password", SIGNING_KEY)
+                    ],
+                },
+            },
             {"name": "run", **scratch},
             {"name": "log", **scratch},
             {"name": "spool", **scratch},
