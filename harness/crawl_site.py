@@ -119,14 +119,15 @@ async def serve_site(
     ban_after: int = BAN_AFTER,
     pages: int = PAGES,
     ban_window: float | None = None,
+    host: str | None = None,
 ) -> AsyncIterator[Site]:
-    """Serve the site where the dev cluster's pods reach this machine, until exit."""
+    """Serve the site on `host` (default: where the dev cluster's pods reach this machine)."""
     site = Site(pages=pages, rate=rate, ban_after=ban_after, ban_window=ban_window)
     app = web.Application()
     app.router.add_get("/page/{n}", site.handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host = origin_host()
+    host = host or origin_host()
     await web.TCPSite(runner, host, 0).start()
     site.url = f"http://{host}:{runner.addresses[0][1]}/page/0"
     try:

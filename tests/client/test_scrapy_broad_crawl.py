@@ -36,8 +36,12 @@ async def test_one_scrapy_process_spreads_three_sites_over_every_proxy(tmp_path:
         async with serve_fleet(squid) as (url, token, store), AsyncExitStack() as stack:
             sites: dict[str, Site] = {}
             for name, rate in RATES.items():
+                # On loopback, where squid's names point, whether or not the
+                # session's dev cluster moved the origins to its host address.
                 sites[name] = await stack.enter_async_context(
-                    serve_site(rate=rate, ban_after=BAN_AFTER, ban_window=BAN_WINDOW)
+                    serve_site(
+                        rate=rate, ban_after=BAN_AFTER, ban_window=BAN_WINDOW, host="127.0.0.1"
+                    )
                 )
             start_urls = [site.url.replace("127.0.0.1", name, 1) for name, site in sites.items()]
             _, items, stats = await run_spider(
