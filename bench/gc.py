@@ -28,7 +28,7 @@ from egress_proxies.providers.inventory import (
     InventoryListing,
     TaggedInstance,
 )
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 
 REPEATS = 7

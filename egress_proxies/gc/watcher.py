@@ -27,7 +27,7 @@ from egress_proxies.gc.sweeper import (
 from egress_proxies.gc.watch_plan import plan_watch
 from egress_proxies.kube import KubeApiError
 from egress_proxies.providers.inventory import InstanceId, Inventory, InventoryError
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import StateBackend
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class InstanceWatcher:
     def __init__(
         self,
         proxies: ProxySource,
-        backend: FileBackend,
+        backend: StateBackend,
         inventory: Inventory,
         trigger: Trigger,
         *,

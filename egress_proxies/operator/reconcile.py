@@ -48,7 +48,7 @@ from egress_proxies.operator.conditions import replace_condition, set_condition
 from egress_proxies.operator.credentials import credentials_secret_name
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass, summarize_error
 
 QUOTA_RETRY_SECONDS = 300.0

@@ -15,6 +15,7 @@ from egress_proxies.settings.leases import LeaseSettings
 from egress_proxies.settings.options import ENV_PREFIX, option, seconds
 from egress_proxies.settings.server import DiscoveryServerSettings
 from egress_proxies.settings.telemetry import TelemetrySettings
+from egress_proxies.stacks.backends.url import BackendUrl, parse_backend_url
 
 
 class RunSettings(
@@ -24,7 +25,16 @@ class RunSettings(
 
     title: ClassVar[str] = "operator"
 
-    state_dir: Path = option(Path(".state/operator"), "Pulumi backend and stack work dirs")
+    state_dir: Path = option(
+        Path(".state/operator"),
+        "stack work dirs, and the Pulumi backend unless --state-backend names one",
+    )
+    state_backend: BackendUrl | None = option(
+        None,
+        "the Pulumi backend of the stacks: postgres://user@host/db or "
+        "s3://bucket/prefix?endpoint=...; passwords from PGPASSWORD / AWS_* "
+        '(docs/operations.md "State backend"); unset: file:// under --state-dir',
+    )
     namespaces: Annotated[list[str], NoDecode] = option(
         [],
         "watch only this namespace (repeatable; the variable is comma-separated); unset: all",
@@ -117,6 +127,13 @@ class RunSettings(
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [item for item in value.split(",") if item]
+        return value
+
+    @field_validator("state_backend", mode="before")
+    @classmethod
+    def _backend_url(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_backend_url(value) if value.strip() else None
         return value
 
     @field_validator("gcp_project", mode="before")

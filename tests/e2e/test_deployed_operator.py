@@ -22,7 +22,7 @@ from egress_proxies.devcluster.node import image_ref
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import GROUP, VERSION
 from egress_proxies.pool_model import POOL_LABEL
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 from harness.audit import audited, granted
 from harness.census import ProxyCensus

@@ -62,7 +62,7 @@ from egress_proxies.operator.shard import OWNER_ANNOTATION, Shard
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.providers.pods import pod_instance_id
 from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.runner import StackOperationError
@@ -122,7 +122,7 @@ class FakeStacks:
         self.calls: list[tuple[str, str, bool]] = []
         self.failure: str | None = None
 
-    def state(self, stack: str) -> StackState | None:
+    async def state(self, stack: str) -> StackState | None:
         return self.states.get(stack)
 
     async def up(

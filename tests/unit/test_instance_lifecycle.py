@@ -29,7 +29,7 @@ from egress_proxies.operator.reconcile import (
     spec_hash,
 )
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 
 MANAGED: dict[str, Any] = {"provider": "kubernetes", "kubernetes": {}}
 NOW = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC)

@@ -18,7 +18,7 @@ from egress_proxies.model import (
 )
 from egress_proxies.operator import reconcile as machine
 from egress_proxies.operator.reconcile import Action, Observed, ProxyView, decide, spec_hash
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass
 
 NOW = datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC)
