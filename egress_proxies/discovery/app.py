@@ -28,6 +28,7 @@ def create_app(
     demand: PoolDemandRecorder | None = None,
     allow_no_auth: bool = False,
     synced: Callable[[], bool] = lambda: True,
+    blocked: Callable[[], str | None] = lambda: None,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The discovery API over `catalog` and `store`.
@@ -36,7 +37,9 @@ def create_app(
     With no tokens every request except /healthz, /readyz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
     `synced` says whether `catalog` holds the fleet yet (the separate tier's
-    watch); /readyz is 503 not_synced until it does.
+    watch); /readyz is 503 not_synced until it does. `blocked` names a failing
+    dependency of the process (the operator's state backend): /readyz is 503
+    unavailable while it does.
     `middlewares` (aiohttp-style: tracing) run outermost around every route,
     composed once here rather than by aiohttp per request (see routing.py).
     """
@@ -49,6 +52,7 @@ def create_app(
         render_openapi(store.max_ttl),
         synced,
         demand,
+        blocked,
     )
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     routes = Routes(app, auth, middlewares)

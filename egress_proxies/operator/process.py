@@ -36,6 +36,7 @@ from egress_proxies.kube.resources import PROXIES
 from egress_proxies.leases import StoreUnavailableError, redact_url
 from egress_proxies.model import GROUP
 from egress_proxies.operator.adapters import TracedProber
+from egress_proxies.operator.backend_watch import BackendWatch
 from egress_proxies.operator.factories import (
     gce_inventory,
     programs,
@@ -157,6 +158,7 @@ class Operator:
             clock=self.clock,
         )
         self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
+        self.backend_watch = BackendWatch(self.runner.backend, self.clock)
         self.gce = (
             gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
         )
@@ -306,6 +308,7 @@ class Operator:
             allow_no_auth=self.settings.discovery_allow_no_auth,
             middlewares=self.spans.server_middlewares(),
             synced=self.watches.synced,
+            blocked=lambda: self.backend_watch.problem,
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(
@@ -341,6 +344,7 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.events.run(), name="event recorder"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
+                asyncio.create_task(self.backend_watch.run(), name="state backend watch"),
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
                 asyncio.create_task(self.trimmer.run(), name="heap trimmer"),
             ]
