@@ -126,13 +126,15 @@ async def runner(shared: Shared, tmp_path: Path, passphrase: str) -> AsyncIterat
         await runner.close()
 
 
-def host_cli(shared: Shared, passphrase: str, cwd: Path, *args: str) -> str:
+def host_cli(
+    shared: Shared, passphrase: str, cwd: Path, *args: str, backend: str | None = None
+) -> str:
     """The pulumi CLI as an operator's laptop runs it: URL, credentials, passphrase."""
     env = {
         "PATH": f"{toolchain.bin_dir()}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(cwd),
-        "PULUMI_HOME": str(cwd / ".pulumi-home"),
-        "PULUMI_BACKEND_URL": shared.url,
+        "PULUMI_HOME": str(cwd.parent / ".pulumi-home"),
+        "PULUMI_BACKEND_URL": backend or shared.url,
         "PULUMI_CONFIG_PASSPHRASE": passphrase,
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         **shared.env,
@@ -315,3 +317,40 @@ def test_a_missing_table_is_created_as_pulumi_would(
     assert backend.stacks() == [], "a table pulumi has not created yet reads as empty"
     backend.check()
     assert backend.stacks() == []
+
+
+async def test_the_documented_move_from_file_to_a_shared_backend(
+    shared: Shared, passphrase: str, tmp_path: Path
+) -> None:
+    """docs/operations.md "Moving from file://": export from each work dir, init, import."""
+    state = tmp_path / "state"
+    old = StackRunner(
+        RunnerSettings(
+            state_dir=state,
+            passphrase=passphrase,
+            pulumi_root=toolchain.cache_dir(),
+            extra_env={"PATH": str(toolchain.bin_dir())},
+        )
+    )
+    try:
+        await old.up("ns.moved", "uid-moved", functools.partial(program, "kept"))
+    finally:
+        await old.close()
+    old_url = f"file://{state / 'backend'}"
+    work = state / "workspaces" / "ns.moved"
+    stack = f"organization/{PROJECT}/ns.moved"
+    dump = tmp_path / "ns.moved.json"
+    cli = functools.partial(host_cli, shared, passphrase, work)
+    cli("stack", "export", "--stack", stack, "--file", str(dump), backend=old_url)
+    cli("stack", "init", stack, "--secrets-provider", "passphrase")
+    cli("stack", "import", "--stack", stack, "--file", str(dump))
+
+    new = StackRunner(settings_for(shared, tmp_path / "new-state", passphrase))
+    try:
+        state_read = await new.state("ns.moved")
+        assert state_read is not None
+        assert state_read.outputs["value"] == "kept"
+        outputs = await new.up("ns.moved", "uid-moved", functools.partial(program, "after"))
+        assert outputs["value"] == "after"
+    finally:
+        await new.close()
