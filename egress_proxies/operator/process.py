@@ -7,8 +7,9 @@ import datetime
 import functools
 import logging
 import types
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 import kopf
 from prometheus_client import CollectorRegistry
@@ -53,10 +54,17 @@ from egress_proxies.operator.handlers import (
 from egress_proxies.operator.health_status import HealthStatusPump, never_paused
 from egress_proxies.operator.instances import InstanceCache
 from egress_proxies.operator.login import register_login
-from egress_proxies.operator.peering import CachedGate, Peering, peer_identity
+from egress_proxies.operator.peering import (
+    CachedGate,
+    Peering,
+    peer_identity,
+    priority_by_start,
+    register_lifetime,
+)
 from egress_proxies.operator.reconcile import RECONCILE_REQUEST_ANNOTATION
 from egress_proxies.operator.requeue import Requeue
 from egress_proxies.operator.shard import Shard, ShardError, bind_state_dir
+from egress_proxies.operator.stale_locks import StaleLockSweeper
 from egress_proxies.operator.state_dir import StateDirClaim
 from egress_proxies.operator.status import StatusWriter
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
@@ -130,6 +138,11 @@ class Operator:
             raise
         self.identity = peer_identity(environment, self.claim.peer_identity())
         peering = None if settings.standalone else settings.peering
+        self.priority = (
+            priority_by_start(self.clock.utcnow())
+            if settings.priority_by_start
+            else settings.priority
+        )
         self.events = EventRecorder(
             self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
         )
@@ -138,7 +151,7 @@ class Operator:
             Peering(
                 self.client,
                 shard.peering(peering) if shard else peering,
-                settings.priority,
+                self.priority,
                 self.identity,
                 tuple(settings.namespaces),
                 self.clock,
@@ -159,6 +172,17 @@ class Operator:
         )
         self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
         self.backend_watch = BackendWatch(self.runner.backend, self.clock)
+        self.stale_locks = (
+            StaleLockSweeper(
+                self.runner.backend,
+                self.client,
+                settings.pod_namespace,
+                self.peering.sweep_blocker if self.peering else always_sweep,
+                self.clock,
+            )
+            if settings.pod_namespace
+            else None
+        )
         self.gce = (
             gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
         )
@@ -224,6 +248,7 @@ class Operator:
             squid_image=settings.squid_image,
         )
         register_login(self.registry, self.credentials)
+        register_lifetime(self.registry, settings.peering_lifetime)
         register(self.registry, self.components)
         self.demand = DemandBook(self.clock)
         self.pools = PoolController(
@@ -348,8 +373,9 @@ class Operator:
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
                 asyncio.create_task(self.trimmer.run(), name="heap trimmer"),
             ]
-            if self.gce_watcher is not None:
-                background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
+            background += [
+                asyncio.create_task(loop, name=name) for name, loop in self._optional_loops()
+            ]
             for task in background[1:]:
                 task.add_done_callback(lambda done: self._component_ended(done, stop))
             try:
@@ -362,6 +388,15 @@ class Operator:
                 for server in servers:
                     await server.cleanup()
                 await self._close()
+
+    def _optional_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """The background loops only some configurations run, by name."""
+        loops: list[tuple[str, Coroutine[Any, Any, None]]] = []
+        if self.gce_watcher is not None:
+            loops.append(("GCE watch", self.gce_watcher.run()))
+        if self.stale_locks is not None:
+            loops.append(("stale stack locks", self.stale_locks.run()))
+        return loops
 
     async def _refresh_lease_counts(self) -> None:
         """Read the store's totals for the gauges (a scrape cannot await a Redis call)."""
@@ -396,7 +431,7 @@ class Operator:
                 namespaces=list(self.settings.namespaces),
                 standalone=self.peering is None,
                 peering_name=self.peering.name if self.peering else None,
-                priority=self.settings.priority,
+                priority=self.priority,
                 # kopf types this as its NewType `Identity`, a str it does not export.
                 identity=self.identity,  # type: ignore[arg-type]
                 stop_flag=stop_flag,

@@ -107,6 +107,24 @@ class RunSettings(
         "the same one pauses both",
         env=(f"{ENV_PREFIX}PEERING_PRIORITY",),
     )
+    priority_by_start: bool = option(
+        False,
+        "peering priority from the start time instead of --priority: an earlier replica "
+        "outranks a later one, so one of several replicas works (deploy/components/ha)",
+    )
+    peering_lifetime: int = option(
+        60,
+        "seconds a peer's keep-alive lasts: a standby takes over at most this long after "
+        "the active operator dies",
+        env=seconds("PEERING_LIFETIME"),
+        ge=15,
+    )
+    pod_namespace: str | None = option(
+        None,
+        "the operator pod's own namespace (downward API): the active replica then clears "
+        "the stack locks of replicas whose pods are gone",
+        env=("POD_NAMESPACE",),
+    )
     shard_selector: str | None = option(
         None,
         "own only the Proxies this label selector picks, e.g. shard=a "

@@ -112,6 +112,8 @@ MALFORMED = {
     "shard_selector": "shard in (a",
     "shard_name": "Not_A_Name",
     "standalone": "perhaps",
+    "priority_by_start": "perhaps",
+    "peering_lifetime": "5",
     "squid_image": "",
     "state_backend": "postgres://pulumi:hunter2@db/state",
 }
@@ -127,6 +129,7 @@ ANY_TEXT = {
     "lease_store_prefix",
     "gcp_project",
     "peering",
+    "pod_namespace",
     "detach",  # a flag without a value
     "crds",
 }

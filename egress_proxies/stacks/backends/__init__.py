@@ -63,8 +63,11 @@ class StateBackend(Protocol):
     def locked(self, stack: str) -> bool:
         """True while a lock exists for the stack."""
 
-    def clear_stale_locks(self) -> list[str]:
-        """Delete the locks whose holders are provably gone; the stacks cleared."""
+    def lock_holders(self) -> set[str]:
+        """The hosts (pods) holding a lock on any stack."""
+
+    def clear_stale_locks(self, gone_hosts: frozenset[str] = ...) -> list[str]:
+        """Delete the locks whose holders are provably gone (or ran on `gone_hosts`)."""
 
     def repair(self, stack: str) -> Sequence[Path | str]:
         """Delete what a killed CLI left that breaks the next command; what was deleted."""

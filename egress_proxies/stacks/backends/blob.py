@@ -99,17 +99,27 @@ class BlobBackend:
             for key in self._store.keys(self._layout.lock_prefix(stack))
         )
 
-    def clear_stale_locks(self) -> list[str]:
+    def lock_holders(self) -> set[str]:
+        """The hosts (pods) holding a lock on any stack."""
+        owners = (LockOwner.parse(doc) for doc in self._store.get_all(self._layout.locks).values())
+        return {owner.hostname for owner in owners if owner is not None}
+
+    def clear_stale_locks(self, gone_hosts: frozenset[str] = frozenset()) -> list[str]:
         """Delete every lock whose holder is provably gone (`LockOwner.gone`); what was cleared."""
         cleared: list[str] = []
         for key, document in self._store.get_all(self._layout.locks).items():
             stack = self._layout.stack_of_lock(key)
             owner = LockOwner.parse(document)
-            if stack is None or owner is None or not owner.gone():
+            if stack is None or owner is None or not owner.gone(gone_hosts):
                 continue
             self._store.delete([key])
             cleared.append(stack)
-            logger.warning("cleared the stale lock of stack %s (pid %s is gone)", stack, owner.pid)
+            logger.warning(
+                "cleared the stale lock of stack %s (pid %s on %s is gone)",
+                stack,
+                owner.pid,
+                owner.hostname,
+            )
         return cleared
 
     def repair(self, stack: str) -> list[str]:

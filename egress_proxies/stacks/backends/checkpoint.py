@@ -114,12 +114,15 @@ class LockOwner:
         except (ValueError, TypeError, AttributeError):
             return None
 
-    def gone(self) -> bool:
-        """True if the holder provably died: it ran on this host and its pid runs no pulumi.
+    def gone(self, gone_hosts: frozenset[str] = frozenset()) -> bool:
+        """True if the holder provably died: it ran on this host and its pid runs no pulumi,
+        or it ran on one of `gone_hosts` (replicas whose pods the caller saw no longer exist).
 
-        A lock held from another host (another pod) is never judged here: its
-        process cannot be seen from this one.
+        A lock held from any other host is never judged here: its process
+        cannot be seen from this one.
         """
+        if self.hostname in gone_hosts:
+            return True
         return self.hostname == socket.gethostname() and not pulumi_running(self.pid)
 
 

@@ -74,8 +74,20 @@ class FileBackend:
     def check(self) -> None:
         """A directory is always there (it is created on start)."""
 
-    def clear_stale_locks(self) -> list[str]:
-        """Delete every lock whose owning process on this host is gone. Returns what was cleared.
+    def lock_holders(self) -> set[str]:
+        """The hosts holding a lock on any stack."""
+        locks = self.root / ".pulumi" / "locks" / "organization" / self.project
+        holders = set()
+        for lock in locks.glob("*/*.json") if locks.is_dir() else ():
+            with contextlib.suppress(OSError):
+                owner = LockOwner.parse(lock.read_bytes())
+                if owner is not None:
+                    holders.add(owner.hostname)
+        return holders
+
+    def clear_stale_locks(self, gone_hosts: frozenset[str] = frozenset()) -> list[str]:
+        """Delete every lock whose owning process on this host is gone, or whose host is one
+        of `gone_hosts`. Returns what was cleared.
 
         A lock held by a live process, or by another host, is never touched:
         `pulumi cancel` would delete live locks too, so it is not used.
@@ -89,7 +101,7 @@ class FileBackend:
                 owner = LockOwner.parse(lock.read_bytes())
             except OSError:
                 continue
-            if owner is not None and owner.gone():
+            if owner is not None and owner.gone(gone_hosts):
                 lock.unlink(missing_ok=True)
                 _sidecar(lock).unlink(missing_ok=True)
                 cleared.append(lock.parent.name)
