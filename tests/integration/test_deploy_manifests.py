@@ -397,7 +397,7 @@ def test_the_ha_overlay_runs_two_ranked_replicas_on_a_shared_backend(
     monkeypatch.setenv("EGRESS_PROXIES_STATE_BACKEND", "postgres://pulumi@db:5432/pulumi")
     settings = read_options(build_parser().parse_args(container["args"]), RunSettings)
     assert settings.priority_by_start
-    assert settings.peering_lifetime == 20
+    assert settings.peering_lifetime == 15
     assert settings.pod_namespace == NAMESPACE
     assert settings.state_backend is not None
 
