@@ -50,10 +50,11 @@ declare -A STEP_BINARIES=(
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
-# on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
-# cache has timed a build of its own.
+# on 2026-12-02 (docs/development.md "Measured cost"; versitygw 28 s on
+# 2026-12-06, its modules already downloaded): the estimate until this cache has
+# timed a build of its own.
 declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180
-    [coredns]=365 [kstatus]=127 [versitygw]=600)
+    [coredns]=365 [kstatus]=127 [versitygw]=30)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No
