@@ -238,7 +238,7 @@ async def _release(c: Components, body: kopf.Body) -> None:
         c.shard,
         meta.get("annotations") or {},
         handled=c.writer.latest(namespace, name, meta["uid"]) is not None,
-        has_stack=await c.runner.state(stack) is not None,
+        has_stack=(await c.runner.state(stack)) is not None,
     )
     if release.stop_handling:
         logger.info("%s/%s is no longer selected by this shard; releasing it", namespace, name)
