@@ -15,6 +15,10 @@
     ├── SweepRefusedError       gc/sweeper.py              (a RuntimeError) the GC will not run
     │                                                      half-blind
     ├── StackOperationError     stacks/errors.py           a pulumi up/destroy/refresh failed
+    ├── BackendUrlError         stacks/backends/url.py     (a ValueError) an unusable
+    │                                                      --state-backend URL
+    ├── BackendUnavailableError stacks/backends/blob.py    (an OSError) the state backend
+    │                                                      cannot be read now
     ├── PermanentProgramError   stacks/programs/errors.py  (a pulumi.RunError) a spec the
     │                                                      program cannot build: no use retrying
     ├── InventoryError          providers/inventory.py     a provider could not be listed

@@ -1,7 +1,7 @@
 """Where the operator and the dev cluster find etcd, kube-apiserver, pulumi, squid, redis-server.
 
 `tools/build.sh` builds the Go binaries into a cache and links them into one
-bin directory; squid and redis-server come from Debian. Nothing here builds anything: a
+bin directory; squid, redis-server and PostgreSQL come from Debian. Nothing here builds anything: a
 missing binary is an error that says which command fixes it.
 """
 
@@ -58,6 +58,19 @@ def redis_server() -> Path:
             return path
     raise MissingToolError(
         "redis-server is not installed: run `make tools` (apt-get install redis-server)"
+    )
+
+
+def postgres_bin() -> Path:
+    """The directory of Debian's PostgreSQL server programs (initdb, postgres; tests only)."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+        key=lambda path: int(path.parent.parent.name) if path.parent.parent.name.isdigit() else 0,
+    )
+    if found:
+        return found[-1].parent
+    raise MissingToolError(
+        "PostgreSQL is not installed: run `make tools` (apt-get install postgresql)"
     )
 
 

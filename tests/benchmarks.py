@@ -17,7 +17,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 # Every benchmark, by what its smoke run needs; tests/*/test_bench_smoke.py run them.
 WITHOUT_CLUSTER = ("broad_crawl", "gc", "health", "leases", "console", "lease_credentials")
 ON_THE_CLUSTER = ("tier",)
-WITH_THE_OPERATOR = ("reconcile", "pools", "memory", "crawl")
+WITH_THE_OPERATOR = ("reconcile", "pools", "memory", "crawl", "backends")
 SMOKE_TIMEOUT_SECONDS = 900.0
 
 

@@ -27,7 +27,9 @@ from egress_proxies.settings import RunSettings
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
 from harness.operator import OperatorProcess, new_operator
 from harness.origins import Origin, serve_origin, use_origin_host
+from harness.postgres import PostgresServer
 from harness.redis import RedisServer
+from harness.s3 import S3Server
 
 __all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
 
@@ -208,6 +210,20 @@ def pulumi_backend(tmp_path: Path, dev_cluster: ClusterHandle) -> PulumiBackend:
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server (with a password) for the run; tests keep apart by key prefix."""
     with RedisServer(password=secrets.token_urlsafe(12)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL for the run; tests keep apart by table (`?table=` of the URL)."""
+    with PostgresServer(password=secrets.token_urlsafe(12)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One real S3-compatible server (versitygw) for the run; tests keep apart by bucket."""
+    with S3Server(secret_key=secrets.token_urlsafe(16)) as server:
         yield server
 
 

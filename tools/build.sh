@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the development toolchain (pulumi, pulumi-resource-kubernetes,
 # kube-apiserver, kube-controller-manager, kubectl, etcd, the node's binaries,
-# CoreDNS, kstatus) from the Go module proxy and installs squid, redis-server and
-# chromium (with chromium-driver) from Debian. See docs/development.md.
+# CoreDNS, kstatus, versitygw) from the Go module proxy and installs squid,
+# redis-server, postgresql and chromium (with chromium-driver) from Debian.
+# See docs/development.md.
 #
 #   tools/build.sh [BINARY...]   build what is missing (all by default)
 #   tools/build.sh --bin-dir     print the directory to put on PATH; no build
@@ -28,7 +29,7 @@ STORE=$CACHE_ROOT/tools
 LOG_DIR=$CACHE_ROOT/logs
 
 ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns kstatus)
+    kube-scheduler kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns kstatus versitygw)
 
 # A step is one `go build` in one wrapper module (tools/go/<step>/) of every
 # binary of the step that is missing: its binaries share one module graph, so
@@ -36,7 +37,7 @@ ALL_BINARIES=(squid etcd pulumi pulumi-resource-kubernetes kube-apiserver kube-c
 # verified with the CLI, so pulumi comes before it.
 # kstatus is the project's own main package (tools/go/kstatus/main.go) over
 # sigs.k8s.io/cli-utils, not an upstream command.
-STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd coredns kstatus)
+STEPS=(pulumi pulumi-resource-kubernetes kubernetes etcd containerd coredns kstatus versitygw)
 declare -A STEP_BINARIES=(
     [pulumi]="pulumi"
     [pulumi-resource-kubernetes]="pulumi-resource-kubernetes"
@@ -45,13 +46,15 @@ declare -A STEP_BINARIES=(
     [containerd]="containerd containerd-shim-runc-v2 ctr"
     [coredns]="coredns"
     [kstatus]="kstatus"
+    [versitygw]="versitygw"
 )
 # Cold wall time of each whole step with empty Go caches on a 2-core machine
 # shared with other work (load average about 8), measured with this builder
-# on 2026-12-02 (docs/development.md "Measured cost"): the estimate until this
-# cache has timed a build of its own.
+# on 2026-12-02 (docs/development.md "Measured cost"; versitygw 28 s on
+# 2026-12-06, its modules already downloaded): the estimate until this cache has
+# timed a build of its own.
 declare -A STEP_COLD_SECONDS=([pulumi]=968 [pulumi-resource-kubernetes]=1876 [kubernetes]=1072 [etcd]=47 [containerd]=180
-    [coredns]=365 [kstatus]=127)
+    [coredns]=365 [kstatus]=127 [versitygw]=30)
 
 # Compiler flags of every go build, the plugin's schema generator's too, so
 # that all builds share the compiled packages in the Go build cache. No
@@ -285,6 +288,10 @@ regen_all() {
     if wants_regen kstatus; then
         regen_kstatus
     fi
+    if wants_regen versitygw; then
+        regen_wrapper versitygw "github.com/versity/versitygw $VERSITYGW_VERSION $VERSITYGW_VERSION" \
+            -- "$(binary_package versitygw)"
+    fi
     log "done: review and commit tools/go/*/go.mod and go.sum"
 }
 
@@ -302,6 +309,7 @@ binary_version() {
     containerd | containerd-shim-runc-v2 | ctr) printf '%s' "$CONTAINERD_VERSION" ;;
     coredns) printf '%s' "$COREDNS_VERSION" ;;
     kstatus) printf '%s' "$CLI_UTILS_VERSION" ;;
+    versitygw) printf '%s' "$VERSITYGW_VERSION" ;;
     esac
 }
 
@@ -318,6 +326,7 @@ binary_package() {
     containerd | containerd-shim-runc-v2 | ctr) printf 'github.com/containerd/containerd/v2/cmd/%s' "$1" ;;
     coredns) printf '%s' egress-proxies.local/tools/coredns ;;
     kstatus) printf '%s' egress-proxies.local/tools/kstatus ;;
+    versitygw) printf '%s' github.com/versity/versitygw/cmd/versitygw ;;
     esac
 }
 
@@ -340,6 +349,7 @@ binary_ldflags() {
     containerd | containerd-shim-runc-v2 | ctr)
         printf ' %s' "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
         ;;
+    versitygw) printf ' %s' "-X main.Version=$VERSITYGW_VERSION" ;;
     kube-apiserver | kube-controller-manager | kubectl | kube-scheduler | kubelet | kube-proxy)
         # What upstream's hack/lib/version.sh stamps, minus the (unknown) commit.
         for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
@@ -365,6 +375,7 @@ check_wrapper() {
     containerd) set -- "github.com/containerd/containerd/v2 $CONTAINERD_VERSION" ;;
     coredns) set -- "github.com/coredns/coredns $COREDNS_VERSION" ;;
     kstatus) set -- "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" ;;
+    versitygw) set -- "github.com/versity/versitygw $VERSITYGW_VERSION" ;;
     esac
     for pin in "$@"; do
         read -r module version <<<"$pin"
@@ -451,6 +462,7 @@ verify_binary() {
     containerd-shim-runc-v2) verify "$CONTAINERD_VERSION" "$path" -v ;;
     coredns) verify "CoreDNS-${COREDNS_VERSION#v}" "$path" -version ;;
     kstatus) verify "sigs.k8s.io/cli-utils $CLI_UTILS_VERSION" "$path" -version ;;
+    versitygw) verify "Version  : $VERSITYGW_VERSION" "$path" --version ;;
     kubectl) verify "Client Version: $KUBERNETES_VERSION" "$path" version --client ;;
     esac
 }
@@ -537,7 +549,7 @@ ensure_step() {
     log "${missing[*]}: built in $(minutes "$seconds"), log: $LOG_FILE"
 }
 
-# squid, redis-server and chromium come from Debian: install what is missing, build and link nothing.
+# squid, redis-server, postgresql and chromium come from Debian: install what is missing, build and link nothing.
 ensure_debian_packages() {
     local pkg start
     local -a missing=() sudo=()
@@ -561,6 +573,7 @@ ensure_debian_packages() {
     log "squid $(dpkg-query -W -f='${Version}' squid): installed (Debian package, /usr/sbin/squid)"
     log "redis-server $(dpkg-query -W -f='${Version}' redis-server): installed (Debian package, tests only)"
     log "chromium $(dpkg-query -W -f='${Version}' chromium): installed (Debian package, browser tests only)"
+    log "postgresql $(dpkg-query -W -f='${Version}' postgresql): installed (Debian package, state backend tests only)"
 }
 
 usage() {

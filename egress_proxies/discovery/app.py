@@ -30,6 +30,7 @@ def create_app(
     allow_no_auth: bool = False,
     token_names: TokenNames | None = None,
     synced: Callable[[], bool] = lambda: True,
+    blocked: Callable[[], str | None] = lambda: None,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The discovery API over `catalog` and `store`.
@@ -40,7 +41,9 @@ def create_app(
     With no tokens every request except /healthz, /readyz and /openapi.json is refused,
     unless `allow_no_auth` is set, which disables authentication (logged loudly).
     `synced` says whether `catalog` holds the fleet yet (the separate tier's
-    watch); /readyz is 503 not_synced until it does.
+    watch); /readyz is 503 not_synced until it does. `blocked` names a failing
+    dependency of the process (the operator's state backend): /readyz is 503
+    unavailable while it does.
     `middlewares` (aiohttp-style: tracing) run outermost around every route,
     composed once here rather than by aiohttp per request (see routing.py).
     """
@@ -49,7 +52,14 @@ def create_app(
     indexed = IndexedCatalog(catalog)
     doors = ProxyDoors(indexed, store, tokens)
     handlers = Handlers(
-        indexed, store, metrics, render_openapi(store.max_ttl), synced, doors, demand
+        indexed,
+        store,
+        metrics,
+        render_openapi(store.max_ttl),
+        synced,
+        doors,
+        demand,
+        blocked,
     )
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     routes = Routes(app, auth, middlewares)

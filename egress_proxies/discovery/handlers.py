@@ -79,6 +79,7 @@ class Handlers:
         synced: Callable[[], bool],
         doors: ProxyDoors,
         demand: PoolDemandRecorder | None = None,
+        blocked: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._catalog = catalog
         self._store = store
@@ -87,6 +88,7 @@ class Handlers:
         self._demand = demand
         self._openapi_json = openapi_json
         self._synced = synced
+        self._blocked = blocked
         self._granted = GrantedBodies()
 
     async def health(self, _: web.Request) -> web.Response:
@@ -94,8 +96,15 @@ class Handlers:
         return json_response(_HEALTH_BODY)
 
     async def ready(self, _: web.Request) -> web.Response:
-        """GET /readyz: 200 once the fleet is synced and while the lease store answers."""
+        """GET /readyz: 200 once the fleet is synced and while the lease store answers.
+
+        503 `unavailable` while `blocked` names a dependency that fails (the
+        operator's state backend).
+        """
         self._require_synced()
+        problem = self._blocked()
+        if problem is not None:
+            raise DiscoveryApiError(503, "unavailable", problem, {"Retry-After": "5"})
         await self._store.ping()
         return json_response(_HEALTH_BODY)
 

@@ -83,8 +83,9 @@ def _paths() -> JsonObject:
                 "responses": {
                     "200": _json("Ready.", _ref("Health")),
                     "503": _error(
-                        "The lease store does not answer (store_unavailable), or the "
-                        "separate discovery tier has not listed the fleet yet (not_synced)."
+                        "The lease store does not answer (store_unavailable), the "
+                        "separate discovery tier has not listed the fleet yet (not_synced), "
+                        "or the operator's state backend fails (unavailable)."
                     ),
                     "default": _OTHER,
                 },

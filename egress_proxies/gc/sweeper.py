@@ -28,7 +28,7 @@ from egress_proxies.kube.selectors import LabelSelector
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.inventory import Inventory, InventoryError, InventoryListing
 from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import BackendUnavailableError, StateBackend
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError, StackRunner
 
@@ -213,10 +213,13 @@ class Sweeper:
                 listings[inventory.provider] = await inventory.list_tagged()
             except InventoryError as error:
                 return SweepReport(skipped=f"listing {inventory.provider} failed: {error}")
-        stacks = await asyncio.to_thread(read_stack_records, self._runner.backend)
-        # A lock of a pulumi killed mid-operation is otherwise cleared only by the
-        # next operation on that stack, which never comes once the stack is removed.
-        await asyncio.to_thread(self._runner.backend.clear_stale_locks)
+        try:
+            stacks = await asyncio.to_thread(read_stack_records, self._runner.backend)
+            # A lock of a pulumi killed mid-operation is otherwise cleared only by the
+            # next operation on that stack, which never comes once the stack is removed.
+            await asyncio.to_thread(self._runner.backend.clear_stale_locks)
+        except BackendUnavailableError as error:
+            return SweepReport(skipped=f"reading the stacks failed: {error}")
         plan = plan_sweep(
             proxies,
             stacks,
@@ -290,15 +293,14 @@ async def list_live_proxies(
     return proxies
 
 
-def read_stack_records(backend: FileBackend) -> list[StackRecord]:
-    """What every stack on the backend owns, from its checkpoint file (no pulumi process)."""
+def read_stack_records(backend: StateBackend) -> list[StackRecord]:
+    """What every stack on the backend owns, from its checkpoint (no pulumi process)."""
     records = []
-    for name in backend.stacks():
-        state = backend.read(name)
-        outputs = state.outputs if state else {}
+    for state in backend.states():
+        outputs = state.outputs
         records.append(
             StackRecord(
-                name=name,
+                name=state.name,
                 uid=outputs.get(stack_outputs.PROXY_UID),
                 provider=_provider(outputs.get(stack_outputs.PROVIDER)),
                 instance_id=outputs.get(stack_outputs.INSTANCE_ID),

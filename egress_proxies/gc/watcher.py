@@ -27,7 +27,7 @@ from egress_proxies.gc.sweeper import (
 from egress_proxies.gc.watch_plan import plan_watch
 from egress_proxies.kube import KubeApiError
 from egress_proxies.providers.inventory import InstanceId, Inventory, InventoryError
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import BackendUnavailableError, StateBackend
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class InstanceWatcher:
     def __init__(
         self,
         proxies: ProxySource,
-        backend: FileBackend,
+        backend: StateBackend,
         inventory: Inventory,
         trigger: Trigger,
         *,
@@ -110,7 +110,10 @@ class InstanceWatcher:
             listing = await self._inventory.list_tagged()
         except InventoryError as error:
             return WatchReport(skipped=f"listing {self._inventory.provider} failed: {error}")
-        stacks = await asyncio.to_thread(read_stack_records, self._backend)
+        try:
+            stacks = await asyncio.to_thread(read_stack_records, self._backend)
+        except BackendUnavailableError as error:
+            return WatchReport(skipped=f"reading the stacks failed: {error}")
         plan = plan_watch(proxies, stacks, listing, deleting=self._deleting, asked=self._asked)
         deleted, reconciled, failures = [], [], []
         deleting, asked = set(plan.deleting), set(plan.asked)

@@ -88,6 +88,7 @@ def stack_runner(
         RunnerSettings(
             state_dir=settings.state_dir,
             passphrase=passphrase,
+            state_backend=settings.state_backend,
             concurrency=settings.concurrency,
             pulumi_root=root,
             extra_env=provider_env,

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import kopf
+
 from egress_proxies.clock import Clock, SystemClock, parse_k8s_time
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.kube import ConflictError, KubeApiError, KubeClient, NotFoundError
@@ -47,6 +49,30 @@ def peer_identity(env: Mapping[str, str], default: str) -> str:
     same priority and pause until it expires (60 s).
     """
     return env.get("POD_ID") or default
+
+
+def priority_by_start(started: datetime.datetime) -> int:
+    """A peering priority that ranks operators by start time: the earlier one is higher.
+
+    Replicas of one Deployment share their flags, and kopf pauses every peer
+    of equal priority; ranked by start (in milliseconds), the replica that
+    runs keeps working, a newer one waits as the standby, and a replica
+    whose container restarts comes back below the one that took over.
+    """
+    return -int(started.timestamp() * 1000)
+
+
+def register_lifetime(registry: kopf.OperatorRegistry, seconds: int) -> None:
+    """Give this operator's keep-alives a lifetime of `seconds` (kopf renews them 5-10 s sooner).
+
+    A standby resumes when the active's keep-alive expires: at most `seconds`
+    after the active stopped renewing it (a SIGKILL, a lost node). A clean
+    shutdown removes the keep-alive, and the standby resumes at once.
+    """
+
+    @kopf.on.startup(registry=registry)
+    def peering_lifetime(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.lifetime = seconds
 
 
 def peering_paths(name: str, namespaces: Sequence[str]) -> list[str]:

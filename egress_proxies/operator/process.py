@@ -7,8 +7,9 @@ import datetime
 import functools
 import logging
 import types
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 import kopf
 from prometheus_client import CollectorRegistry
@@ -35,6 +36,7 @@ from egress_proxies.kube import Credentials, KubeClient
 from egress_proxies.leases import StoreUnavailableError, redact_url
 from egress_proxies.model import GROUP
 from egress_proxies.operator.adapters import TracedProber
+from egress_proxies.operator.backend_watch import BackendWatch
 from egress_proxies.operator.factories import (
     gce_inventory,
     programs,
@@ -42,8 +44,15 @@ from egress_proxies.operator.factories import (
     stack_runner,
 )
 from egress_proxies.operator.login import register_login
-from egress_proxies.operator.peering import CachedGate, Peering, peer_identity
+from egress_proxies.operator.peering import (
+    CachedGate,
+    Peering,
+    peer_identity,
+    priority_by_start,
+    register_lifetime,
+)
 from egress_proxies.operator.shard import ShardError, bind_state_dir
+from egress_proxies.operator.stale_locks import StaleLockSweeper
 from egress_proxies.operator.state_dir import StateDirClaim
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp_adoption import adoptable
@@ -125,6 +134,11 @@ class Operator:
             raise
         self.identity = peer_identity(environment, self.claim.peer_identity())
         peering = None if settings.standalone else settings.peering
+        self.priority = (
+            priority_by_start(self.clock.utcnow())
+            if settings.priority_by_start
+            else settings.priority
+        )
         self.events = EventRecorder(
             self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
         )
@@ -133,7 +147,7 @@ class Operator:
             Peering(
                 self.client,
                 shard.peering(peering) if shard else peering,
-                settings.priority,
+                self.priority,
                 self.identity,
                 tuple(settings.namespaces),
                 self.clock,
@@ -153,6 +167,18 @@ class Operator:
             clock=self.clock,
         )
         self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
+        self.backend_watch = BackendWatch(self.runner.backend, self.clock)
+        self.stale_locks = (
+            StaleLockSweeper(
+                self.runner.backend,
+                self.client,
+                settings.pod_namespace,
+                self.peering.sweep_blocker if self.peering else always_sweep,
+                self.clock,
+            )
+            if settings.pod_namespace
+            else None
+        )
         self.gce = (
             gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
         )
@@ -219,6 +245,7 @@ class Operator:
             proxy_discovery_url=settings.proxy_discovery_url,
         )
         register_login(self.registry, self.credentials)
+        register_lifetime(self.registry, settings.peering_lifetime)
         register(self.registry, self.components)
         self.demand = DemandBook(self.clock)
         self.pools = PoolController(
@@ -300,6 +327,7 @@ class Operator:
             allow_no_auth=self.settings.discovery_allow_no_auth,
             middlewares=self.spans.server_middlewares(),
             synced=self.watches.synced,
+            blocked=lambda: self.backend_watch.problem,
         )
         discovery = await start(app, self.settings.discovery_host, self.settings.discovery_port)
         logger.info(
@@ -335,11 +363,13 @@ class Operator:
                 asyncio.create_task(self.health_pump.run(), name="health status pump"),
                 asyncio.create_task(self.events.run(), name="event recorder"),
                 asyncio.create_task(self.sweeper.run(), name="orphan GC"),
+                asyncio.create_task(self.backend_watch.run(), name="state backend watch"),
                 asyncio.create_task(self._refresh_lease_counts(), name="lease counts"),
                 asyncio.create_task(self.trimmer.run(), name="heap trimmer"),
             ]
-            if self.gce_watcher is not None:
-                background.append(asyncio.create_task(self.gce_watcher.run(), name="GCE watch"))
+            background += [
+                asyncio.create_task(loop, name=name) for name, loop in self._optional_loops()
+            ]
             for task in background[1:]:
                 task.add_done_callback(lambda done: self._component_ended(done, stop))
             try:
@@ -352,6 +382,15 @@ class Operator:
                 for server in servers:
                     await server.cleanup()
                 await self._close()
+
+    def _optional_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """The background loops only some configurations run, by name."""
+        loops: list[tuple[str, Coroutine[Any, Any, None]]] = []
+        if self.gce_watcher is not None:
+            loops.append(("GCE watch", self.gce_watcher.run()))
+        if self.stale_locks is not None:
+            loops.append(("stale stack locks", self.stale_locks.run()))
+        return loops
 
     async def _refresh_lease_counts(self) -> None:
         """Read the store's totals for the gauges (a scrape cannot await a Redis call)."""
@@ -386,7 +425,7 @@ class Operator:
                 namespaces=list(self.settings.namespaces),
                 standalone=self.peering is None,
                 peering_name=self.peering.name if self.peering else None,
-                priority=self.settings.priority,
+                priority=self.priority,
                 # kopf types this as its NewType `Identity`, a str it does not export.
                 identity=self.identity,  # type: ignore[arg-type]
                 stop_flag=stop_flag,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from egress_proxies.model import ProxyStatus
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 
 JsonObject = dict[str, Any]
 
@@ -45,7 +45,7 @@ class ApiClient(Protocol):
 class Stacks(Protocol):
     """The per-Proxy Pulumi stacks."""
 
-    def state(self, stack: str) -> StackState | None:
+    async def state(self, stack: str) -> StackState | None:
         """The stack's last checkpoint; None when it does not exist."""
         ...
 

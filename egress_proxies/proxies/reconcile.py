@@ -46,7 +46,7 @@ from egress_proxies.proxies.backoff import DEFAULT_POLICY, RetryPolicy
 from egress_proxies.proxies.conditions import replace_condition, set_condition
 from egress_proxies.proxies.credentials import credentials_secret_name
 from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass, summarize_error
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, SPEC_HASH_ANNOTATION
 

@@ -64,7 +64,7 @@ async def release(c: Components, body: kopf.Body) -> None:
         c.shard,
         meta.get("annotations") or {},
         handled=c.writer.latest(namespace, name, meta["uid"]) is not None,
-        has_stack=c.runner.state(stack) is not None,
+        has_stack=(await c.runner.state(stack)) is not None,
     )
     if release.stop_handling:
         logger.info("%s/%s is no longer selected by this shard; releasing it", namespace, name)
@@ -142,7 +142,7 @@ def reconcile_requested(body: Mapping[str, Any]) -> str | None:
 async def _observe(
     c: Components, view: machine.ProxyView, body: Mapping[str, Any]
 ) -> machine.Observed:
-    stack = c.runner.state(stack_name(view.namespace, view.name))
+    stack = await c.runner.state(stack_name(view.namespace, view.name))
     instance_id = (
         stack_outputs.text(stack.outputs, stack_outputs.INSTANCE_ID) if stack is not None else None
     )
@@ -201,7 +201,7 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
         await _record(c, kopf_body, patch, decision)
     claim = shard_rules.claim(c.shard, meta.get("annotations") or {})
     if claim is not None:
-        holds = _stack_holds_instance(c, view)
+        holds = await _stack_holds_instance(c, view)
         for key, value in claim.annotations(stack_holds_instance=holds).items():
             patch.metadata.annotations[key] = value
     if decision.permanent:
@@ -210,9 +210,9 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
         c.requeue.after(view.namespace, view.name, decision.retry_after)
 
 
-def _stack_holds_instance(c: Components, view: machine.ProxyView) -> bool:
+async def _stack_holds_instance(c: Components, view: machine.ProxyView) -> bool:
     """Whether this operator's stack of the Proxy now records an instance."""
-    state = c.runner.state(stack_name(view.namespace, view.name))
+    state = await c.runner.state(stack_name(view.namespace, view.name))
     return state is not None and bool(stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID))
 
 
@@ -319,7 +319,9 @@ async def delete_proxy(c: Components, body: dict[str, Any]) -> None:
     stack = stack_name(meta["namespace"], meta["name"])
     written = c.writer.latest(meta["namespace"], meta["name"], meta["uid"])
     view = _view(body, written, deleting=True)
-    decision = machine.decide(view, machine.Observed(stack=c.runner.state(stack)), c.clock.utcnow())
+    decision = machine.decide(
+        view, machine.Observed(stack=await c.runner.state(stack)), c.clock.utcnow()
+    )
     await c.writer.update(body, decision.owned_status, deleting=True)
     if decision.action == machine.Action.DESTROY:
         try:

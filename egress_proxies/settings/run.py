@@ -16,6 +16,7 @@ from egress_proxies.settings.leases import LeaseSettings
 from egress_proxies.settings.options import ENV_PREFIX, option, seconds
 from egress_proxies.settings.server import DiscoveryServerSettings
 from egress_proxies.settings.telemetry import TelemetrySettings
+from egress_proxies.stacks.backends.url import BackendUrl, parse_backend_url
 
 
 class RunSettings(
@@ -25,7 +26,16 @@ class RunSettings(
 
     title: ClassVar[str] = "operator"
 
-    state_dir: Path = option(Path(".state/operator"), "Pulumi backend and stack work dirs")
+    state_dir: Path = option(
+        Path(".state/operator"),
+        "stack work dirs, and the Pulumi backend unless --state-backend names one",
+    )
+    state_backend: BackendUrl | None = option(
+        None,
+        "the Pulumi backend of the stacks: postgres://user@host/db or "
+        "s3://bucket/prefix?endpoint=...; passwords from PGPASSWORD / AWS_* "
+        '(docs/operations.md "State backend"); unset: file:// under --state-dir',
+    )
     namespaces: Annotated[list[str], NoDecode] = option(
         [],
         "watch only this namespace (repeatable; the variable is comma-separated); unset: all",
@@ -104,6 +114,24 @@ class RunSettings(
         "the same one pauses both",
         env=(f"{ENV_PREFIX}PEERING_PRIORITY",),
     )
+    priority_by_start: bool = option(
+        False,
+        "peering priority from the start time instead of --priority: an earlier replica "
+        "outranks a later one, so one of several replicas works (deploy/components/ha)",
+    )
+    peering_lifetime: int = option(
+        60,
+        "seconds a peer's keep-alive lasts: a standby takes over at most this long after "
+        "the active operator dies",
+        env=seconds("PEERING_LIFETIME"),
+        ge=15,
+    )
+    pod_namespace: str | None = option(
+        None,
+        "the operator pod's own namespace (downward API): the active replica then clears "
+        "the stack locks of replicas whose pods are gone",
+        env=("POD_NAMESPACE",),
+    )
     shard_selector: str | None = option(
         None,
         "own only the Proxies this label selector picks, e.g. shard=a "
@@ -131,6 +159,13 @@ class RunSettings(
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
             raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+    @field_validator("state_backend", mode="before")
+    @classmethod
+    def _backend_url(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_backend_url(value) if value.strip() else None
         return value
 
     @field_validator("gcp_project", mode="before")

@@ -7,27 +7,31 @@ backend's checkpoint file instead of `stack output` / `stack history`. An
 `up` of an existing stack therefore starts exactly one CLI process, and a
 first `up` two (`stack init` + `up`).
 
-Each stack has a persistent work dir under the state dir (its
-`Pulumi.<stack>.yaml` holds the passphrase salt: losing it loses the
-stack's secrets). `StackRunner` calls these from its threads or from its
-worker process (`stacks.worker`); everything here and everything passed
-in can be pickled for the latter.
+Each stack has a work dir under the state dir. Nothing in it has to
+survive the pod: its `Pulumi.<stack>.yaml` is re-created on every `up`, and
+with `PULUMI_FALLBACK_TO_STATE_SECRETS_MANAGER` pulumi takes the passphrase
+salt from the stack's checkpoint when the file has none, so a replica on
+another node with the same passphrase reads and updates every stack.
+`StackRunner` calls these from its threads or from its worker process
+(`stacks.worker`); everything here and everything passed in can be pickled
+for the latter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pulumi import automation as auto
 
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import BackendUnavailableError, StateBackend
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.naming import PROJECT
 from egress_proxies.stacks.settings import RunnerSettings
@@ -50,7 +54,7 @@ class _FileBackedStack(auto.Stack):
     pulumi upgrade that changes it.
     """
 
-    def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: FileBackend) -> None:
+    def __init__(self, name: str, workspace: auto.LocalWorkspace, backend: StateBackend) -> None:
         self.name = name
         self.workspace = workspace
         self._backend = backend
@@ -82,23 +86,40 @@ class _FileBackedStack(auto.Stack):
 
 
 class StackOperations:
-    """Blocking stack operations on a file:// backend; safe to call from several threads."""
+    """Blocking stack operations on the state backend; safe to call from several threads."""
 
     def __init__(self, settings: RunnerSettings) -> None:
         self._settings = settings
         self.backend = settings.backend()
+        self._url = settings.backend_url()
         self._workspaces = settings.workspaces()
         self._home = settings.pulumi_home()
         self._command: auto.PulumiCommand | None = None
         self._command_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<StackOperations {self.backend.url}>"
+        return f"<StackOperations {self._url}>"
 
     def up(
         self, stack: str, uid: str, program: Callable[[], None], refresh: bool
     ) -> Mapping[str, Any]:
         """Create or update the stack with `program`; its outputs (secrets as None)."""
+        with _backend_failures("up", stack):
+            return self._up(stack, uid, program, refresh)
+
+    def destroy(self, stack: str) -> None:
+        """Destroy every resource of the stack and remove it; a missing stack is done already."""
+        with _backend_failures("destroy", stack):
+            self._destroy(stack)
+
+    def forget(self, stack: str) -> None:
+        """Remove the stack from the backend and leave its resources (`stack rm --force`)."""
+        with _backend_failures("forget", stack):
+            self._forget(stack)
+
+    def _up(
+        self, stack: str, uid: str, program: Callable[[], None], refresh: bool
+    ) -> Mapping[str, Any]:
         workspace = self._workspace(stack, program)
         self.backend.clear_stale_locks()
         self.backend.repair(stack)
@@ -118,8 +139,7 @@ class StackOperations:
             self.backend.prune_history(stack)
         return {key: output.value for key, output in result.outputs.items()}
 
-    def destroy(self, stack: str) -> None:
-        """Destroy every resource of the stack and remove it; a missing stack is done already."""
+    def _destroy(self, stack: str) -> None:
         if not self.backend.exists(stack):
             return
         workspace = self._workspace(stack, _empty_program)
@@ -135,8 +155,7 @@ class StackOperations:
         except auto.CommandError as error:
             raise StackOperationError("destroy", stack, _error_text(error)) from None
 
-    def forget(self, stack: str) -> None:
-        """Remove the stack from the backend and leave its resources (`stack rm --force`)."""
+    def _forget(self, stack: str) -> None:
         if not self.backend.exists(stack):
             return
         workspace = self._workspace(stack, _empty_program)
@@ -160,7 +179,10 @@ class StackOperations:
 
     def _env(self) -> dict[str, str]:
         return {
-            "PULUMI_BACKEND_URL": self.backend.url,
+            "PULUMI_BACKEND_URL": self._url,
+            # A work dir re-created on a new pod has no passphrase salt of its
+            # own: take the one the stack's checkpoint records.
+            "PULUMI_FALLBACK_TO_STATE_SECRETS_MANAGER": "true",
             "PULUMI_CONFIG_PASSPHRASE": self._settings.passphrase,
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
@@ -177,8 +199,15 @@ class StackOperations:
             # The pulumi CLI (a static build) names the stack's creator from
             # $USER: without it and without a passwd entry it cannot create a stack.
             "USER": os.environ.get("USER") or user_name(),
+            **self._credentials(),
             **self._settings.extra_env,
         }
+
+    def _credentials(self) -> dict[str, str]:
+        """The backend's credential variables from this process's environment (a Secret's)."""
+        url = self._settings.state_backend
+        names = url.credential_variables if url is not None else ()
+        return {name: os.environ[name] for name in names if name in os.environ}
 
     def _workspace(self, stack: str, program: Callable[[], None] | None) -> auto.LocalWorkspace:
         work_dir = self._workspaces / stack
@@ -192,10 +221,19 @@ class StackOperations:
             project_settings=auto.ProjectSettings(
                 name=PROJECT,
                 runtime="python",
-                backend=auto.ProjectBackend(url=self.backend.url),
+                backend=auto.ProjectBackend(url=self._url),
             ),
             pulumi_command=self._pulumi(),
         )
+
+
+@contextlib.contextmanager
+def _backend_failures(operation: str, stack: str) -> Iterator[None]:
+    """A backend the operator cannot read fails the operation as pulumi failing would (retried)."""
+    try:
+        yield
+    except BackendUnavailableError as error:
+        raise StackOperationError(operation, stack, str(error)) from None
 
 
 def _empty_program() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from egress_proxies.clock import Clock
 from egress_proxies.errors import ClosedError
-from egress_proxies.stacks.backend import FileBackend, StackState
+from egress_proxies.stacks.backends import StackState, StateBackend
 from egress_proxies.stacks.errors import StackOperationError
 from egress_proxies.stacks.settings import RunnerSettings
 from egress_proxies.stacks.worker import StackWorker
@@ -25,11 +25,11 @@ __all__ = ["RunnerSettings", "StackOperationError", "StackRunner"]
 
 
 class StackRunner:
-    """Creates, updates and destroys per-Proxy stacks on a file:// backend."""
+    """Creates, updates and destroys per-Proxy stacks on the state backend."""
 
     def __init__(self, settings: RunnerSettings, clock: Clock | None = None) -> None:
         self._settings = settings
-        self.backend: FileBackend = settings.backend()
+        self.backend: StateBackend = settings.backend()
         self.worker: StackWorker | None = None
         self._operations: Any = None
         self._pool: ThreadPoolExecutor | None = None
@@ -63,9 +63,9 @@ class StackRunner:
         if self._pool is not None:
             await asyncio.to_thread(self._pool.shutdown, wait=True)
 
-    def state(self, stack: str) -> StackState | None:
-        """The stack's checkpoint as the backend holds it (no CLI process)."""
-        return self.backend.read(stack)
+    async def state(self, stack: str) -> StackState | None:
+        """The stack's checkpoint as the backend holds it (no CLI process; off the event loop)."""
+        return await asyncio.to_thread(self.backend.read, stack)
 
     async def up(
         self, stack: str, uid: str, program: Callable[[], None], *, refresh: bool = False

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import BackendUrl, StateBackend, open_backend
 from egress_proxies.stacks.naming import PROJECT
 
 
@@ -18,10 +18,13 @@ class RunnerSettings:
     (`worker_module`) that exits after that many idle seconds, or after
     `worker_operations` operations, and so returns the memory an Automation
     API run leaves behind; 0 runs them in threads of this process.
+    `state_backend` None keeps the stacks in a file:// backend under the
+    state dir; otherwise the state dir holds only what a new pod re-creates.
     """
 
     state_dir: Path
     passphrase: str
+    state_backend: BackendUrl | None = None
     concurrency: int = 4
     pulumi_root: Path | None = None  # a directory with bin/pulumi; None = pulumi on PATH
     extra_env: Mapping[str, str] = field(default_factory=dict)
@@ -32,15 +35,20 @@ class RunnerSettings:
     def __repr__(self) -> str:
         return (
             f"RunnerSettings(state_dir={self.state_dir!r}, passphrase=<redacted>, "
+            f"state_backend={self.backend_url()!r}, "
             f"concurrency={self.concurrency}, pulumi_root={self.pulumi_root!r}, "
             f"worker_idle={self.worker_idle:g}, worker_operations={self.worker_operations})"
         )
 
-    def backend(self) -> FileBackend:
-        """The file:// backend under the state dir (created if missing)."""
-        backend = FileBackend(self.state_dir.resolve() / "backend", PROJECT)
-        backend.root.mkdir(parents=True, exist_ok=True)
-        return backend
+    def backend_url(self) -> str:
+        """The backend URL as pulumi is given it (no password in it)."""
+        if self.state_backend is not None:
+            return self.state_backend.text
+        return f"file://{self.state_dir.resolve() / 'backend'}"
+
+    def backend(self) -> StateBackend:
+        """The reader of the stacks' backend (a file:// one is created if missing)."""
+        return open_backend(self.state_backend, self.state_dir, PROJECT)
 
     def workspaces(self) -> Path:
         """The parent of every stack's work dir (created if missing)."""

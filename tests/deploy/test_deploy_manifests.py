@@ -371,7 +371,40 @@ async def test_the_api_server_accepts_the_scale_out_overlay_and_its_pods_are_res
         assert created["metadata"]["name"] == f"{name}-check"
 
 
-@pytest.mark.parametrize("overlay", ["", "kind", "scale-out", "shards"])
+def test_the_ha_overlay_runs_two_ranked_replicas_on_a_shared_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = objects(kustomize(DEPLOY / "ha"))
+    assert ("PersistentVolumeClaim", "egress-proxies-state") not in built
+    deployment = built[("Deployment", "egress-proxies")]
+    spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert "hostname" not in pod, "each pod's locks name the pod itself"
+    assert pod["volumes"][0] == {"name": "state", "emptyDir": {}}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    pdb = built[("PodDisruptionBudget", "egress-proxies")]["spec"]
+    assert pdb["minAvailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    (container,) = pod["containers"]
+    assert container["envFrom"] == [{"secretRef": {"name": "state-backend"}}]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "EGRESS_PROXIES_LEASE_STORE" in env, "both replicas' APIs grant from one store"
+    monkeypatch.setenv(
+        "EGRESS_PROXIES_PEERING_LIFETIME_SECONDS", env["EGRESS_PROXIES_PEERING_LIFETIME_SECONDS"]
+    )
+    monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
+    monkeypatch.setenv("EGRESS_PROXIES_STATE_BACKEND", "postgres://pulumi@db:5432/pulumi")
+    settings = read_options(build_parser().parse_args(container["args"]), RunSettings)
+    assert settings.priority_by_start
+    assert settings.peering_lifetime == 15
+    assert settings.pod_namespace == NAMESPACE
+    assert settings.state_backend is not None
+
+
+@pytest.mark.parametrize("overlay", ["", "kind", "scale-out", "shards", "ha"])
 def test_no_pod_gets_docker_link_variables(overlay: str) -> None:
     # A Service named egress-proxies-discovery would otherwise give every pod in
     # the namespace EGRESS_PROXIES_DISCOVERY_PORT=tcp://IP:8090, which the

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from egress_proxies.devcluster.node import image_ref
 from egress_proxies.kube import KubeClient
 from egress_proxies.model import GROUP, VERSION
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 from egress_proxies.vocabulary import POOL_LABEL
 from harness.audit import audited, granted

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from egress_proxies.kube import KubeClient
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.naming import PROJECT
 from harness.cluster import ClusterHandle, wait_for
 from harness.deploy import NAMESPACE, REPO, Deployed, deploy, kubectl, write_dev_overlay

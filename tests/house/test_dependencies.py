@@ -31,12 +31,23 @@ def imported() -> set[str]:
     """The top-level modules outside the standard library that egress_proxies imports."""
     found: set[str] = set()
     for path in (ROOT / "egress_proxies").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and _type_checking_only(node):
+                node.body = []  # imported for mypy only (stubs): never at run time
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found.update(alias.name.partition(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.partition(".")[0])
     return found - set(sys.stdlib_module_names) - {"egress_proxies"}
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    """An `if TYPE_CHECKING:` block."""
+    test = node.test
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return name == "TYPE_CHECKING"
 
 
 def test_every_imported_library_is_a_declared_dependency() -> None:

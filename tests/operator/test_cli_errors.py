@@ -115,8 +115,11 @@ MALFORMED = {
     "shard_selector": "shard in (a",
     "shard_name": "Not_A_Name",
     "standalone": "perhaps",
+    "priority_by_start": "perhaps",
+    "peering_lifetime": "5",
     "squid_image": "",
     "proxy_discovery_url": "egress-proxies:8090",
+    "state_backend": "postgres://pulumi:hunter2@db/state",
 }
 ANY_TEXT = {
     "kubeconfig",
@@ -129,6 +132,7 @@ ANY_TEXT = {
     "lease_store_prefix",
     "gcp_project",
     "peering",
+    "pod_namespace",
     "detach",  # a flag without a value
     "crds",
 }
@@ -234,3 +238,25 @@ def test_every_malformed_variable_exits_2_in_one_line_naming_it(
         assert f"${variable}" in line
     if "text" not in form_of(model.model_fields[name]):
         assert "expected" in line and repr(MALFORMED[name]) in line
+
+
+@pytest.mark.usefixtures("no_option_variables")
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://pulumi:hunter2@db:5432/state",
+        "s3://key:hunter2@bucket/prefix",
+        "s3://bucket?endpoint=ftp://x&hunter2",
+        "gs://bucket-hunter2",
+        "mysql://u:hunter2@db",
+    ],
+)
+def test_a_bad_state_backend_is_one_line_that_never_shows_a_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    never_started(monkeypatch)
+    line = one_error_line(capsys, ["run", f"--state-backend={url}"])
+    assert "--state-backend" in line
+    if ":hunter2@" in url:
+        assert "hunter2" not in line
+        assert ":***@" in line

@@ -16,6 +16,7 @@ from egress_proxies.operator.peering import (
     parse_peers,
     peer_identity,
     peering_paths,
+    priority_by_start,
     sweep_blocker,
 )
 
@@ -117,3 +118,16 @@ async def test_a_peering_object_that_cannot_be_read_pauses_and_raises_nothing() 
     reason = await peering.sweep_blocker()
     assert reason is not None
     assert "clusterkopfpeerings/egress-proxies failed: Server disconnected" in reason
+
+
+def test_by_start_the_earlier_replica_works_and_the_later_one_stands_by() -> None:
+    first = priority_by_start(NOW)
+    second = priority_by_start(NOW + datetime.timedelta(milliseconds=1))
+    assert first > second
+    peers = [peer("first", first), peer("second", second)]
+    assert sweep_blocker(peers, "first", first, NOW) is None
+    assert "first has a higher priority" in (sweep_blocker(peers, "second", second, NOW) or "")
+    restarted = priority_by_start(NOW + datetime.timedelta(minutes=5))
+    peers = [peer("first", restarted), peer("second", second)]
+    assert sweep_blocker(peers, "second", second, NOW) is None, "a restarted active stands by"
+    assert sweep_blocker(peers[1:], "second", second, NOW) is None, "the active's record is gone"

@@ -20,7 +20,8 @@ from egress_proxies.gc.watcher import InstanceWatcher
 from egress_proxies.kube import KubeApiError
 from egress_proxies.model import ProviderName
 from egress_proxies.providers.gcp import GceInventory
-from egress_proxies.stacks.backend import STACK_TYPE, FileBackend
+from egress_proxies.stacks.backends import FileBackend
+from egress_proxies.stacks.backends.checkpoint import STACK_TYPE
 from egress_proxies.stacks.naming import PROJECT as PULUMI_PROJECT
 from tests.providers.fake_compute import FakeCompute, labelled
 

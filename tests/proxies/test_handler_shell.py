@@ -57,7 +57,7 @@ from egress_proxies.proxies.requeue import Requeue
 from egress_proxies.proxies.sharding import Shard
 from egress_proxies.proxies.shell import _remove_instance, delete_proxy, reconcile_proxy
 from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import classify
 from egress_proxies.stacks.inputs import ProgramInputs
 from egress_proxies.stacks.runner import StackOperationError
@@ -126,7 +126,7 @@ class FakeStacks:
         self.calls: list[tuple[str, str, bool]] = []
         self.failure: str | None = None
 
-    def state(self, stack: str) -> StackState | None:
+    async def state(self, stack: str) -> StackState | None:
         return self.states.get(stack)
 
     async def up(

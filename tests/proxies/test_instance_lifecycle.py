@@ -31,7 +31,7 @@ from egress_proxies.proxies.reconcile import (
     decide,
     spec_hash,
 )
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 
 pytestmark = pytest.mark.unit
 

@@ -18,7 +18,7 @@ from egress_proxies.model import (
 )
 from egress_proxies.proxies import reconcile as machine
 from egress_proxies.proxies.reconcile import Action, Observed, ProxyView, decide, spec_hash
-from egress_proxies.stacks.backend import StackState
+from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass
 
 pytestmark = pytest.mark.unit

@@ -21,6 +21,7 @@ import pytest
 from egress_proxies import toolchain
 from egress_proxies.devcluster import KubeClient
 from egress_proxies.model import ProxySpec
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.inputs import ProgramInputs, ProxyCredentials
 from egress_proxies.stacks.programs import squid_pod
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
@@ -46,6 +47,7 @@ def typed_object(kind: str, name: str, body: Mapping[str, Any]) -> pulumi.Custom
 
 def core_resources(runner: StackRunner, stack: str) -> dict[str, dict[str, Any]]:
     """The checkpoint's core/v1 resources by URN."""
+    assert isinstance(runner.backend, FileBackend)
     path = runner.backend.root / ".pulumi" / "stacks" / "egress-proxies" / f"{stack}.json"
     latest = json.loads(path.read_text())["checkpoint"]["latest"]
     return {r["urn"]: r for r in latest["resources"] if r["type"] in CORE_TYPES}

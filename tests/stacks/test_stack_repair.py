@@ -21,7 +21,7 @@ import pulumi
 import pytest
 
 from egress_proxies import toolchain
-from egress_proxies.stacks.backend import FileBackend
+from egress_proxies.stacks.backends import FileBackend
 from egress_proxies.stacks.runner import RunnerSettings, StackRunner
 
 pytestmark = pytest.mark.integration
@@ -50,6 +50,12 @@ async def runner(runner_settings: RunnerSettings) -> AsyncIterator[StackRunner]:
         await runner.close()
 
 
+def file_backend(settings: RunnerSettings) -> FileBackend:
+    backend = settings.backend()
+    assert isinstance(backend, FileBackend)
+    return backend
+
+
 def stack_dir(backend: FileBackend) -> Path:
     return backend.root / ".pulumi" / "stacks" / backend.project
 
@@ -61,7 +67,7 @@ async def test_an_empty_checkpoint_sidecar_is_deleted_and_the_next_up_succeeds(
     assert (await runner.up(stack, "uid-1", functools.partial(exporting_program, "a")))[
         "value"
     ] == "a"
-    backend = runner_settings.backend()
+    backend = file_backend(runner_settings)
     sidecar = stack_dir(backend) / f"{stack}.json.attrs"
     assert json.loads(sidecar.read_text()), "pulumi writes a sidecar beside the checkpoint"
     sidecar.write_text("")  # what a SIGKILL between create and write leaves
@@ -82,7 +88,7 @@ def test_without_the_repair_pulumi_fails_on_an_empty_sidecar(
     runner_settings: RunnerSettings,
 ) -> None:
     """The failure `repair` exists for, shown with the plain CLI (so the test above means it)."""
-    backend = runner_settings.backend()
+    backend = file_backend(runner_settings)
     env = {
         "PULUMI_BACKEND_URL": backend.url,
         "PULUMI_CONFIG_PASSPHRASE": runner_settings.passphrase,

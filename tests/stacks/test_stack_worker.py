@@ -82,7 +82,7 @@ async def test_an_up_runs_in_the_worker_and_its_outputs_come_back(runner: StackR
     assert outputs["pid"] in runner.worker.pids  # not the operator's own process
     assert outputs["pid"] != os.getpid()
     await runner.destroy("worker.one")
-    assert runner.state("worker.one") is None
+    assert await runner.state("worker.one") is None
 
 
 async def test_an_idle_worker_exits_and_the_next_operation_starts_another(tmp_path: Path) -> None:

@@ -1,12 +1,8 @@
-"""Reading the file:// Pulumi backend directly: stacks, their outputs, their locks.
+"""The file:// backend: a directory on a volume of its own (one replica).
 
-The pulumi CLI is the only writer of the backend. Reading it needs no CLI
-process: a reconcile that changes nothing, and a GC sweep over thousands of
-stacks, only parse JSON files. Layout (pulumi's DIY backend, project-scoped):
-
-    .pulumi/stacks/<project>/<stack>.json            the checkpoint
-    .pulumi/locks/organization/<project>/<stack>/*.json   {"pid", "hostname", ...}
-    .pulumi/history/<project>/<stack>/*                update history
+The pulumi CLI is the only writer of the backend's stacks. Reading it needs
+no CLI process: a reconcile that changes nothing, and a GC sweep over
+thousands of stacks, only parse JSON files (the layout is in `checkpoint`).
 
 Beside every file the CLI's blob library (gocloud fileblob) writes a
 `<file>.attrs` sidecar, and writes it in place, not by rename: a CLI killed
@@ -20,28 +16,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import socket
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from egress_proxies.stacks.backends.checkpoint import (
+    KEPT_HISTORY_FILES,
+    LockOwner,
+    StackState,
+    parse_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
-
-STACK_TYPE = "pulumi:pulumi:Stack"
-_SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"  # noqa: S105 (pulumi's public marker)
-_KEPT_HISTORY_FILES = 20
-
-
-@dataclass(frozen=True)
-class StackState:
-    """What one stack's checkpoint says: its outputs (secrets hidden) and unfinished operations."""
-
-    name: str
-    outputs: Mapping[str, Any]
-    pending_operations: int
-    resource_count: int
 
 
 class FileBackend:
@@ -79,27 +63,31 @@ class FileBackend:
     def read(self, stack: str) -> StackState | None:
         """Parse one stack's checkpoint; None if the stack does not exist."""
         try:
-            document = json.loads(self._stack_file(stack).read_text())
+            return parse_checkpoint(stack, self._stack_file(stack).read_bytes())
         except FileNotFoundError:
             return None
-        latest = (document.get("checkpoint") or {}).get("latest") or {}
-        resources = latest.get("resources") or []
-        outputs: dict[str, Any] = {}
-        for resource in resources:
-            if resource.get("type") == STACK_TYPE:
-                outputs = {
-                    key: None if _is_secret(value) else value
-                    for key, value in (resource.get("outputs") or {}).items()
-                }
-        return StackState(
-            name=stack,
-            outputs=outputs,
-            pending_operations=len(latest.get("pending_operations") or []),
-            resource_count=len(resources),
-        )
 
-    def clear_stale_locks(self) -> list[str]:
-        """Delete every lock whose owning process on this host is gone. Returns what was cleared.
+    def states(self) -> list[StackState]:
+        """Every stack's state (one directory listing, then one read per stack)."""
+        return [state for name in self.stacks() if (state := self.read(name)) is not None]
+
+    def check(self) -> None:
+        """A directory is always there (it is created on start)."""
+
+    def lock_holders(self) -> set[str]:
+        """The hosts holding a lock on any stack."""
+        locks = self.root / ".pulumi" / "locks" / "organization" / self.project
+        holders = set()
+        for lock in locks.glob("*/*.json") if locks.is_dir() else ():
+            with contextlib.suppress(OSError):
+                owner = LockOwner.parse(lock.read_bytes())
+                if owner is not None:
+                    holders.add(owner.hostname)
+        return holders
+
+    def clear_stale_locks(self, gone_hosts: frozenset[str] = frozenset()) -> list[str]:
+        """Delete every lock whose owning process on this host is gone, or whose host is one
+        of `gone_hosts`. Returns what was cleared.
 
         A lock held by a live process, or by another host, is never touched:
         `pulumi cancel` would delete live locks too, so it is not used.
@@ -108,20 +96,19 @@ class FileBackend:
         locks = self.root / ".pulumi" / "locks" / "organization" / self.project
         if not locks.is_dir():
             return cleared
-        hostname = socket.gethostname()
         for lock in locks.glob("*/*.json"):
             try:
-                owner = json.loads(lock.read_text())
-            except (OSError, ValueError):
+                owner = LockOwner.parse(lock.read_bytes())
+            except OSError:
                 continue
-            if owner.get("hostname") == hostname and not _pid_alive(int(owner.get("pid", 0))):
+            if owner is not None and owner.gone(gone_hosts):
                 lock.unlink(missing_ok=True)
                 _sidecar(lock).unlink(missing_ok=True)
                 cleared.append(lock.parent.name)
                 logger.warning(
                     "cleared the stale lock of stack %s (pid %s is gone)",
                     lock.parent.name,
-                    owner.get("pid"),
+                    owner.pid,
                 )
         return cleared
 
@@ -151,7 +138,7 @@ class FileBackend:
         directory = self._lock_dir(stack)
         return directory.is_dir() and any(directory.glob("*.json"))
 
-    def prune_history(self, stack: str, keep: int = _KEPT_HISTORY_FILES) -> None:
+    def prune_history(self, stack: str, keep: int = KEPT_HISTORY_FILES) -> None:
         """Keep only the newest history files of a stack (pulumi never deletes them)."""
         directory = self.root / ".pulumi" / "history" / self.project / stack
         if not directory.is_dir():
@@ -175,18 +162,3 @@ def _damaged_or_orphaned(sidecar: Path) -> bool:
     except (OSError, ValueError):
         return True
     return False
-
-
-def _is_secret(value: object) -> bool:
-    return isinstance(value, dict) and _SECRET_SIGNATURE in value
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if `pid` runs a pulumi CLI (a recycled pid running something else does not count)."""
-    if pid <= 0:
-        return False
-    try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
-    return Path(os.fsdecode(argv0)).name == "pulumi"
