@@ -483,9 +483,12 @@ USED_ELSEWHERE = {
     # An Event series' later occurrences are PATCHed (events/recorder.py);
     # the flapping Proxy of tests/deploy/test_gitops_status.py shows it.
     ("events", "patch"): "an Event series",
-    # A pod the pod watch has not shown yet is read directly (handlers.py):
+    # A pod the pod watch has not shown yet is read directly (proxies/shell.py):
     # whether a run needs it depends on timing.
     ("pods", "get"): "a pod not yet watched",
+    # A credentials Secret made before lease credentials gets its signing key
+    # patched in (proxies/credentials.py): tests/proxies/test_proxy_credentials.py.
+    ("secrets", "patch"): "a credentials Secret from before lease credentials",
 }
 
 

@@ -216,16 +216,18 @@ async def test_the_previous_pod_spec_crash_loops_with_squids_permission_error(
     del spec["securityContext"]["fsGroup"]
     spec["restartPolicy"] = "Always"
     await create_all(node_kube, node_namespace, (secret, config, pod))
-    running = await pod_where(node_kube, node_namespace, "legacy", is_ready)
-    pod_ip = running["status"]["podIP"]
     base = f"/api/v1/namespaces/{node_namespace}/pods/legacy"
 
-    # squid's auth helper cannot read the key;
-    # squid dies once its helpers crash too rapidly, and the kubelet restarts it.
+    # squid's auth helper cannot read the key; squid dies as soon as its first
+    # helper does (it may never be Ready long enough to be seen so), and the
+    # kubelet restarts it. While it is up, nothing passes.
     async def crashed() -> dict[str, Any] | None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            assert await authenticated_get(pod_ip, f"http://{real_node.host_address}:1/") != 200
         pod = await node_kube.get(base)
+        pod_ip = (pod.get("status") or {}).get("podIP")
+        if pod_ip:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                target = f"http://{real_node.host_address}:1/"
+                assert await authenticated_get(pod_ip, target) != 200
         return pod if container_status(pod).get("lastState", {}).get("terminated") else None
 
     pod = await wait_for(crashed, timeout=90, interval=0.5)
