@@ -9,39 +9,23 @@ fewest in all; a 409 says when a full proxy has room again.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.leases import LeaseStore, NoMatch, ReportResult
-from tests.discovery.discovery_helpers import record, virtual_clock
+from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
-    STORE_KINDS,
     MakeStore,
     granted,
     pool,
     refused,
-    store_maker,
 )
 
 pytestmark = pytest.mark.integration
 
 SITES = ("a.example", "b.example", "c.example")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return virtual_clock()
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def make_store(
-    request: pytest.FixtureRequest, clock: ManualClock
-) -> AsyncIterator[MakeStore]:
-    async with store_maker(request, clock) as make:
-        yield make
 
 
 @pytest.fixture

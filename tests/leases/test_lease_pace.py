@@ -8,7 +8,6 @@ starts, the per-target bounds, and (Redis) a pace kept across a restart.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,33 +26,18 @@ from egress_proxies.leases import (
     TargetBounds,
 )
 from harness.redis import RedisServer
-from tests.discovery.discovery_helpers import record, virtual_clock
+from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
-    STORE_KINDS,
     MakeStore,
     granted,
     pool,
     refused,
-    store_maker,
 )
 
 pytestmark = pytest.mark.integration
 
 SITE = "shop.example"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return virtual_clock()
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def make_store(
-    request: pytest.FixtureRequest, clock: ManualClock
-) -> AsyncIterator[MakeStore]:
-    async with store_maker(request, clock) as make:
-        yield make
 
 
 def paced(make_store: MakeStore, *targets: TargetBounds, **pace: Any) -> LeaseStore:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,34 +25,19 @@ from egress_proxies.leases import (
     ReportOutcome,
     ReportResult,
 )
-from tests.discovery.discovery_helpers import record, virtual_clock
+from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
-    STORE_KINDS,
     MakeStore,
     granted,
     pool,
     refused,
-    store_maker,
 )
 
 pytestmark = pytest.mark.integration
 
 WINDOW = 60.0
 CAP = 600.0
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return virtual_clock()
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def make_store(
-    request: pytest.FixtureRequest, clock: ManualClock
-) -> AsyncIterator[MakeStore]:
-    async with store_maker(request, clock) as make:
-        yield make
 
 
 @pytest.fixture

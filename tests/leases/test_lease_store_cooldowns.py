@@ -7,41 +7,24 @@ restarted operator, a new store over the same keys, finds it still cleared.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from egress_proxies.catalog import ProxyKey
 from egress_proxies.clock import ManualClock
 from egress_proxies.leases import Cooling, LeaseStore, ReportResult
-from tests.discovery.discovery_helpers import record, virtual_clock
+from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
-    STORE_KINDS,
     MakeStore,
     granted,
     pool,
     refused,
-    store_maker,
 )
 
 pytestmark = pytest.mark.integration
 
 WINDOW = 60.0
 LIMITS = {"cooldown_window": WINDOW, "max_ttl": 3600, "ban_backoff_cap": 600.0}
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return virtual_clock()
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def make_store(
-    request: pytest.FixtureRequest, clock: ManualClock
-) -> AsyncIterator[MakeStore]:
-    async with store_maker(request, clock) as make:
-        yield make
 
 
 @pytest.fixture
