@@ -19,8 +19,12 @@ demo-down: venv
 	done
 	@$(PY) -m egress_proxies.cli dev-cluster down --state-dir $(DEMO_STATE)
 
+# Two workers: the dev cluster's tests in one, every other test in the other
+# (tests/conftest.py groups them; docs/development.md).
+PYTEST_WORKERS ?= 2
+
 test: venv tools lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 lint: venv
 	$(VENV)/bin/ruff check .

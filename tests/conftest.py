@@ -18,12 +18,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
+from xdist.remote import Producer
+from xdist.scheduler import Scheduling
 
 from egress_proxies import toolchain
 from egress_proxies.clock import ManualClock
 from egress_proxies.kube import KubeClient, NotFoundError
 from egress_proxies.kube.resources import NAMESPACES, SERVICE_ACCOUNTS
 from egress_proxies.settings import RunSettings
+from harness import workers
 from harness.cluster import ClusterHandle, start_supervised_cluster, wait_for
 from harness.operator import OperatorProcess, new_operator
 from harness.origins import Origin, serve_origin, use_origin_host
@@ -42,7 +45,7 @@ __all__ = ["ClusterHandle", "start_supervised_cluster", "wait_for"]
 LAYERS = ("unit", "client", "integration", "e2e")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a test module that names no layer, or more than one."""
     for item in items:
         layers = {mark.name for mark in item.iter_markers() if mark.name in LAYERS}
@@ -52,6 +55,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"`pytestmark = pytest.mark.<layer>` (one of {', '.join(LAYERS)}); "
                 f"found {sorted(layers) or 'none'}"
             )
+    workers.record_cluster_modules(config, items)
+
+
+# `make test` runs the suite in two pytest-xdist workers: the dev cluster's
+# modules in one, the others beside it (harness/workers.py).
+def pytest_configure(config: pytest.Config) -> None:
+    workers.start_controller(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workers.stop_controller(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    return workers.make_scheduler(config, log)
 
 
 # How long a test's own tasks get to finish after its fixtures are torn down.
