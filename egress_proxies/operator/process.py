@@ -168,15 +168,19 @@ class Operator:
         )
         self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
         self.backend_watch = BackendWatch(self.runner.backend, self.clock)
+        # Locks of other replicas proved gone: by their pods (this one runs in a pod), or by
+        # their keep-alives (peers on a backend given by URL, which other hosts may share).
+        peers = self.peering.peers if self.peering and settings.state_backend else None
         self.stale_locks = (
             StaleLockSweeper(
                 self.runner.backend,
                 self.client,
-                settings.pod_namespace,
                 self.peering.sweep_blocker if self.peering else always_sweep,
                 self.clock,
+                namespace=settings.pod_namespace,
+                peers=peers,
             )
-            if settings.pod_namespace
+            if settings.pod_namespace or peers
             else None
         )
         self.gce = (

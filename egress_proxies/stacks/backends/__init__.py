@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from egress_proxies.stacks.backends.blob import BackendUnavailableError, BlobBackend
-from egress_proxies.stacks.backends.checkpoint import StackState
+from egress_proxies.stacks.backends.checkpoint import GoneHolders, StackState
 from egress_proxies.stacks.backends.file import FileBackend
 from egress_proxies.stacks.backends.url import (
     FILE,
@@ -31,6 +31,7 @@ __all__ = [
     "BackendUrl",
     "BackendUrlError",
     "FileBackend",
+    "GoneHolders",
     "StackState",
     "StateBackend",
     "open_backend",
@@ -66,8 +67,8 @@ class StateBackend(Protocol):
     def lock_holders(self) -> set[str]:
         """The hosts (pods) holding a lock on any stack."""
 
-    def clear_stale_locks(self, gone_hosts: frozenset[str] = ...) -> list[str]:
-        """Delete the locks whose holders are provably gone (or ran on `gone_hosts`)."""
+    def clear_stale_locks(self, gone: GoneHolders = ...) -> list[str]:
+        """Delete the locks whose holders are provably gone (on this host, or by `gone`)."""
 
     def repair(self, stack: str) -> Sequence[Path | str]:
         """Delete what a killed CLI left that breaks the next command; what was deleted."""
