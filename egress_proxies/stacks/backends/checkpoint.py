@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from egress_proxies.clock import parse_k8s_time
+
 STACK_TYPE = "pulumi:pulumi:Stack"
 _SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"  # noqa: S105 (pulumi's public marker)
 KEPT_HISTORY_FILES = 20
@@ -161,12 +163,10 @@ def _lock_time(stamp: object) -> datetime.datetime | None:
     """A lock's `timestamp` (Go's RFC 3339, in nanoseconds) as aware UTC; None if unreadable."""
     if not isinstance(stamp, str):
         return None
-    # Python reads at most microseconds: drop the digits past six.
-    try:
-        moment = datetime.datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", stamp))
+    try:  # Python reads at most microseconds: drop the digits past six.
+        return parse_k8s_time(re.sub(r"(\.\d{6})\d+", r"\1", stamp))
     except ValueError:
         return None
-    return moment.astimezone(datetime.UTC) if moment.tzinfo is not None else None
 
 
 def pulumi_running(pid: int) -> bool:
