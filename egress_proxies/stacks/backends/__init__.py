@@ -3,6 +3,8 @@
     file://      FileBackend over a directory (`file`)
     postgres://  BlobBackend over PostgresStore (`postgres`, psycopg 3)
     s3://        BlobBackend over S3Store (`s3`, boto3)
+    gs://        BlobBackend over CloudStore (`cloud`, obstore; untested here)
+    azblob://    BlobBackend over CloudStore (`cloud`, obstore; untested here)
 
 The pulumi CLI writes the backend; everything the operator reads from it
 (the stack inventory for the GC, outputs, pending operations, locks) goes
@@ -19,7 +21,9 @@ from egress_proxies.stacks.backends.blob import BackendUnavailableError, BlobBac
 from egress_proxies.stacks.backends.checkpoint import GoneHolders, StackState
 from egress_proxies.stacks.backends.file import FileBackend
 from egress_proxies.stacks.backends.url import (
+    AZBLOB,
     FILE,
+    GS,
     POSTGRES,
     BackendUrl,
     BackendUrlError,
@@ -87,6 +91,10 @@ def open_backend(url: BackendUrl | None, state_dir: Path, project: str) -> State
         from egress_proxies.stacks.backends.postgres import PostgresStore  # noqa: PLC0415
 
         return BlobBackend(url, PostgresStore(url), project)
+    if url.kind in (GS, AZBLOB):
+        from egress_proxies.stacks.backends.cloud import CloudStore  # noqa: PLC0415
+
+        return BlobBackend(url, CloudStore(url), project)
     from egress_proxies.stacks.backends.s3 import S3Store  # noqa: PLC0415
 
     return BlobBackend(url, S3Store(url), project)
