@@ -76,7 +76,7 @@ class CloudStore:
         def reading() -> bytes | None:
             try:
                 return obstore.get(self._store, key).bytes().to_bytes()
-            except NotFoundError:
+            except (NotFoundError, FileNotFoundError):  # obstore raises the builtin one
                 return None
 
         return self._call(reading)
@@ -96,6 +96,6 @@ class CloudStore:
     def _call(self, action: Callable[[], T]) -> T:
         try:
             return action()
-        except BaseError as error:
+        except (BaseError, OSError) as error:  # OSError: obstore maps some errors to builtins
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else "failed"
             raise BackendUnavailableError(f"state backend {self._shown}: {first_line}") from None
