@@ -25,6 +25,7 @@ DRAINING_ANNOTATION = f"{GROUP}/draining"  # set (to when it started) on a membe
 REQUEUE_ANNOTATION = f"{GROUP}/requeue-at"  # a retry is due
 INSTANCE_STATE_ANNOTATION = f"{GROUP}/instance-state"  # its pod's state changed
 CLOUD_INIT_REVISION_ANNOTATION = f"{GROUP}/cloud-init-revision"  # its user-data changed
+TAKEOVER_ANNOTATION = f"{GROUP}/taken-over"  # a replica started work, and it had not settled
 # The GC asks for a vanished instance to be recreated; the controller answers when done.
 RECONCILE_REQUEST_ANNOTATION = f"{GROUP}/reconcile-request"
 RECONCILE_HANDLED_ANNOTATION = f"{GROUP}/reconcile-handled"

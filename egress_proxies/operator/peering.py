@@ -51,6 +51,14 @@ def peer_identity(env: Mapping[str, str], default: str) -> str:
     return env.get("POD_ID") or default
 
 
+def peer_host(identity: str) -> str:
+    """The host a peer runs on, read from its identity: `user@host/...` (a host process, or
+    kopf's own default), else the identity itself (POD_ID, the pod's name: its hostname)."""
+    if "@" not in identity:
+        return identity
+    return identity.split("@", 1)[1].split("/", 1)[0]
+
+
 def priority_by_start(started: datetime.datetime) -> int:
     """A peering priority that ranks operators by start time: the earlier one is higher.
 
@@ -181,6 +189,14 @@ class Peering:
                 f"the peering object {path} is missing and cannot be created ({error}): "
                 f"{hint}, or run with --standalone"
             ) from error
+
+    async def peers(self) -> list[Peer]:
+        """Every keep-alive in this operator's peering objects (live and expired)."""
+        peers: list[Peer] = []
+        for path in self._paths:
+            body = await self._client.get(path)
+            peers += parse_peers(body.get("status") or {})
+        return peers
 
     async def sweep_blocker(self) -> str | None:
         """Why the GC must not sweep now (also when a peering object can't be read), or None."""

@@ -54,16 +54,18 @@ from egress_proxies.operator.peering import (
 from egress_proxies.operator.shard import ShardError, bind_state_dir
 from egress_proxies.operator.stale_locks import StaleLockSweeper
 from egress_proxies.operator.state_dir import StateDirClaim
+from egress_proxies.operator.takeover import Takeover
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController, register_pools
 from egress_proxies.providers.gcp_adoption import adoptable
 from egress_proxies.providers.inventory import Inventory
 from egress_proxies.providers.kubernetes import KubernetesInventory
 from egress_proxies.proxies.components import Components, event_poster
 from egress_proxies.proxies.handlers import register
-from egress_proxies.proxies.health_status import HealthStatusPump, never_paused
+from egress_proxies.proxies.health_status import HealthStatusPump
 from egress_proxies.proxies.instances import InstanceCache
 from egress_proxies.proxies.requeue import Requeue
 from egress_proxies.proxies.sharding import Shard
+from egress_proxies.proxies.standby import never_paused
 from egress_proxies.proxies.status import StatusWriter
 from egress_proxies.proxies.wakeup import Bell, Reason
 from egress_proxies.settings import RunSettings
@@ -155,30 +157,19 @@ class Operator:
             if peering
             else None
         )
+        # Why this replica is not the one at work (asked before every status write and
+        # handler; read at most every few seconds), or None.
+        self.standby = (
+            CachedGate(self.peering.sweep_blocker, clock=self.clock)
+            if self.peering
+            else never_paused
+        )
         # Paused by peering, the pump holds health reports instead of writing them.
         self.health_pump = HealthStatusPump(
-            self.fleet,
-            self.writer,
-            gate=(
-                CachedGate(self.peering.sweep_blocker, clock=self.clock)
-                if self.peering
-                else never_paused
-            ),
-            clock=self.clock,
+            self.fleet, self.writer, gate=self.standby, clock=self.clock
         )
         self.runner = stack_runner(settings, passphrase, pulumi_root, environment, self.clock)
         self.backend_watch = BackendWatch(self.runner.backend, self.clock)
-        self.stale_locks = (
-            StaleLockSweeper(
-                self.runner.backend,
-                self.client,
-                settings.pod_namespace,
-                self.peering.sweep_blocker if self.peering else always_sweep,
-                self.clock,
-            )
-            if settings.pod_namespace
-            else None
-        )
         self.gce = (
             gce_inventory(settings.gcp_project, shard, self.clock) if settings.gcp_project else None
         )
@@ -243,7 +234,9 @@ class Operator:
             shard=shard,
             squid_image=settings.squid_image,
             proxy_discovery_url=settings.proxy_discovery_url,
+            standby=self.standby,
         )
+        self.stale_locks, self.takeover = self._replica_loops(settings)
         register_login(self.registry, self.credentials)
         register_lifetime(self.registry, settings.peering_lifetime)
         register(self.registry, self.components)
@@ -287,6 +280,39 @@ class Operator:
         )
         if self.console is not None and self.console.pools is not None:
             register_pool_book(self.registry, self.console.pools)
+
+    def _replica_loops(
+        self, settings: RunSettings
+    ) -> tuple[StaleLockSweeper | None, Takeover | None]:
+        """What only several replicas need: clearing the locks of those gone, and taking over."""
+        # Locks of other replicas proved gone: by their pods (this one runs in a pod), or by
+        # their keep-alives (peers on a backend given by URL, which other hosts may share).
+        peers = self.peering.peers if self.peering and settings.state_backend else None
+        stale_locks = (
+            StaleLockSweeper(
+                self.runner.backend,
+                self.client,
+                self.peering.sweep_blocker if self.peering else always_sweep,
+                self.clock,
+                namespace=settings.pod_namespace,
+                peers=peers,
+            )
+            if settings.pod_namespace or peers
+            else None
+        )
+        takeover = (
+            Takeover(
+                self.peering,
+                self.fleet,
+                functools.partial(self.watches.synced, PROXIES_WATCH),
+                self.bell.ringer(Reason.TAKEOVER),
+                self.writer.forget_written,
+                self.clock,
+            )
+            if self.peering
+            else None
+        )
+        return stale_locks, takeover
 
     def __repr__(self) -> str:
         peering = self.peering or "standalone"
@@ -390,6 +416,8 @@ class Operator:
             loops.append(("GCE watch", self.gce_watcher.run()))
         if self.stale_locks is not None:
             loops.append(("stale stack locks", self.stale_locks.run()))
+        if self.takeover is not None:
+            loops.append(("takeover", self.takeover.run()))
         return loops
 
     async def _refresh_lease_counts(self) -> None:

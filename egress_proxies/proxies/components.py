@@ -20,6 +20,7 @@ from egress_proxies.proxies.instances import InstanceCache
 from egress_proxies.proxies.ports import ApiClient, Stacks, StatusSink
 from egress_proxies.proxies.requeue import Requeue
 from egress_proxies.proxies.sharding import Shard
+from egress_proxies.proxies.standby import Gate, never_paused
 from egress_proxies.proxies.status import regarding
 from egress_proxies.proxies.wakeup import Bell
 from egress_proxies.stacks.errors import ErrorClass
@@ -64,6 +65,8 @@ class Components:
     squid_image: str = DEFAULT_SQUID_IMAGE  # a kubernetes Proxy's image when it names none
     # The discovery API as proxies reach it (their revocation lists); None: not reachable.
     proxy_discovery_url: str | None = None
+    # Why this replica is not the one at work, or None (`standby.py`).
+    standby: Gate = never_paused
 
     @property
     def bell(self) -> Bell:

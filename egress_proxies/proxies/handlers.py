@@ -26,6 +26,11 @@ from egress_proxies.proxies import sharding as shard_rules
 from egress_proxies.proxies.components import Components
 from egress_proxies.proxies.filters import managed_and_owned_by, owned_by
 from egress_proxies.proxies.shell import delete_proxy, reconcile_proxy, release
+from egress_proxies.proxies.standby import (
+    STANDBY_PATIENCE_SECONDS,
+    STANDBY_RETRY_SECONDS,
+    standing_by,
+)
 from egress_proxies.proxies.wakeup import Reason
 from egress_proxies.stacks.naming import stack_name
 from egress_proxies.telemetry.logs import log_context
@@ -92,6 +97,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     @kopf.on.create(*resource, registry=registry, when=owned)
     @kopf.on.update(*resource, registry=registry, when=owned)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        await _at_work(c)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
         with (
@@ -104,6 +110,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     # on objects that a delete handler matches, so External ones get none.
     @kopf.on.delete(*resource, registry=registry, when=managed_and_owned_by(c.shard))
     async def delete(body: kopf.Body, **_: Any) -> None:
+        await _at_work(c)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         stack = stack_name(namespace, name)
         with (
@@ -111,6 +118,16 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             log_context(namespace=namespace, proxy=name, stack=stack),
         ):
             await delete_proxy(c, dict(body))
+
+
+async def _at_work(c: Components) -> None:
+    """Return on the replica at work; raise a retry, recording nothing as handled, on any other.
+
+    kopf can run a handler on a replica it is about to pause (`standby.py`).
+    """
+    reason = await standing_by(c.standby, c.clock, STANDBY_PATIENCE_SECONDS)
+    if reason is not None:
+        raise kopf.TemporaryError(f"standing by: {reason}", delay=STANDBY_RETRY_SECONDS)
 
 
 def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import KubeApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
 from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.standby import Gate, never_paused
 from egress_proxies.proxies.status import Mutation
 
 logger = logging.getLogger(__name__)
@@ -33,13 +34,6 @@ QUEUE_SIZE = 64
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
 PAUSED_RECHECK_SECONDS = 2.0
-
-Gate = Callable[[], Awaitable[str | None]]  # why not to write now, or None
-
-
-async def never_paused() -> str | None:
-    """The gate of a standalone operator: it is always the one at work."""
-    return None
 
 
 class HealthWriter(Protocol):

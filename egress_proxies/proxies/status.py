@@ -110,6 +110,13 @@ class StatusWriter:
         self._written.pop(key, None)
         self._locks.pop(key, None)
 
+    def forget_written(self) -> None:
+        """Read each Proxy's status from its body again: another replica may have written since.
+
+        Called when this replica starts work after others may have (`operator/takeover.py`).
+        """
+        self._written.clear()
+
     async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> bool:
         """Write the whole status; False when the Proxy is gone."""
         # Nulls in a merge patch delete fields, so the patch is the whole status

@@ -12,7 +12,10 @@ Who rings, and why:
 - the instance watch: the Proxy's pod changed (`INSTANCE`, its signature);
 - the cloud-init watch: a GCE Proxy's user-data changed (`CLOUD_INIT`, its revision);
 - the orphan GC and the GCE instance watch: the instance vanished, bring it
-  up again (`RECREATE`, the time).
+  up again (`RECREATE`, the time);
+- the replica that starts work (`operator/takeover.py`): the Proxy has not
+  settled and the handling so far may have been another replica's
+  (`TAKEOVER`, the time).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from egress_proxies.vocabulary import (
     INSTANCE_STATE_ANNOTATION,
     RECONCILE_REQUEST_ANNOTATION,
     REQUEUE_ANNOTATION,
+    TAKEOVER_ANNOTATION,
 )
 
 Ring = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, value)
@@ -40,6 +44,7 @@ class Reason(StrEnum):
     INSTANCE = "instance"
     CLOUD_INIT = "cloud-init"
     RECREATE = "recreate"
+    TAKEOVER = "takeover"
 
 
 _KEYS = {
@@ -47,6 +52,7 @@ _KEYS = {
     Reason.INSTANCE: INSTANCE_STATE_ANNOTATION,
     Reason.CLOUD_INIT: CLOUD_INIT_REVISION_ANNOTATION,
     Reason.RECREATE: RECONCILE_REQUEST_ANNOTATION,
+    Reason.TAKEOVER: TAKEOVER_ANNOTATION,
 }
 
 

@@ -32,9 +32,10 @@ class RunSettings(
     )
     state_backend: BackendUrl | None = option(
         None,
-        "the Pulumi backend of the stacks: postgres://user@host/db or "
-        "s3://bucket/prefix?endpoint=...; passwords from PGPASSWORD / AWS_* "
-        '(docs/operations.md "State backend"); unset: file:// under --state-dir',
+        "the Pulumi backend of the stacks: postgres://user@host/db, "
+        "s3://bucket/prefix?endpoint=..., gs:// or azblob:// (untested here); passwords from "
+        'PGPASSWORD / AWS_* and the like (docs/operations.md "State backend"); '
+        "unset: file:// under --state-dir",
     )
     namespaces: Annotated[list[str], NoDecode] = option(
         [],

@@ -247,7 +247,8 @@ def test_every_malformed_variable_exits_2_in_one_line_naming_it(
         "postgres://pulumi:hunter2@db:5432/state",
         "s3://key:hunter2@bucket/prefix",
         "s3://bucket?endpoint=ftp://x&hunter2",
-        "gs://bucket-hunter2",
+        "gs:///prefix-hunter2",
+        "azblob://account:hunter2@container",
         "mysql://u:hunter2@db",
     ],
 )

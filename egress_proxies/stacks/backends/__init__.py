@@ -3,6 +3,8 @@
     file://      FileBackend over a directory (`file`)
     postgres://  BlobBackend over PostgresStore (`postgres`, psycopg 3)
     s3://        BlobBackend over S3Store (`s3`, boto3)
+    gs://        BlobBackend over CloudStore (`cloud`, obstore; untested here)
+    azblob://    BlobBackend over CloudStore (`cloud`, obstore; untested here)
 
 The pulumi CLI writes the backend; everything the operator reads from it
 (the stack inventory for the GC, outputs, pending operations, locks) goes
@@ -16,10 +18,12 @@ from pathlib import Path
 from typing import Protocol
 
 from egress_proxies.stacks.backends.blob import BackendUnavailableError, BlobBackend
-from egress_proxies.stacks.backends.checkpoint import StackState
+from egress_proxies.stacks.backends.checkpoint import GoneHolders, StackState
 from egress_proxies.stacks.backends.file import FileBackend
 from egress_proxies.stacks.backends.url import (
+    AZBLOB,
     FILE,
+    GS,
     POSTGRES,
     BackendUrl,
     BackendUrlError,
@@ -31,6 +35,7 @@ __all__ = [
     "BackendUrl",
     "BackendUrlError",
     "FileBackend",
+    "GoneHolders",
     "StackState",
     "StateBackend",
     "open_backend",
@@ -66,8 +71,8 @@ class StateBackend(Protocol):
     def lock_holders(self) -> set[str]:
         """The hosts (pods) holding a lock on any stack."""
 
-    def clear_stale_locks(self, gone_hosts: frozenset[str] = ...) -> list[str]:
-        """Delete the locks whose holders are provably gone (or ran on `gone_hosts`)."""
+    def clear_stale_locks(self, gone: GoneHolders = ...) -> list[str]:
+        """Delete the locks whose holders are provably gone (on this host, or by `gone`)."""
 
     def repair(self, stack: str) -> Sequence[Path | str]:
         """Delete what a killed CLI left that breaks the next command; what was deleted."""
@@ -86,6 +91,10 @@ def open_backend(url: BackendUrl | None, state_dir: Path, project: str) -> State
         from egress_proxies.stacks.backends.postgres import PostgresStore  # noqa: PLC0415
 
         return BlobBackend(url, PostgresStore(url), project)
+    if url.kind in (GS, AZBLOB):
+        from egress_proxies.stacks.backends.cloud import CloudStore  # noqa: PLC0415
+
+        return BlobBackend(url, CloudStore(url), project)
     from egress_proxies.stacks.backends.s3 import S3Store  # noqa: PLC0415
 
     return BlobBackend(url, S3Store(url), project)

@@ -17,6 +17,8 @@ from typing import Protocol
 from egress_proxies.errors import EgressProxiesError
 from egress_proxies.stacks.backends.checkpoint import (
     KEPT_HISTORY_FILES,
+    NOBODY,
+    GoneHolders,
     Layout,
     LockOwner,
     StackState,
@@ -104,13 +106,13 @@ class BlobBackend:
         owners = (LockOwner.parse(doc) for doc in self._store.get_all(self._layout.locks).values())
         return {owner.hostname for owner in owners if owner is not None}
 
-    def clear_stale_locks(self, gone_hosts: frozenset[str] = frozenset()) -> list[str]:
+    def clear_stale_locks(self, gone: GoneHolders = NOBODY) -> list[str]:
         """Delete every lock whose holder is provably gone (`LockOwner.gone`); what was cleared."""
         cleared: list[str] = []
         for key, document in self._store.get_all(self._layout.locks).items():
             stack = self._layout.stack_of_lock(key)
             owner = LockOwner.parse(document)
-            if stack is None or owner is None or not owner.gone(gone_hosts):
+            if stack is None or owner is None or not owner.gone(gone):
                 continue
             self._store.delete([key])
             cleared.append(stack)

@@ -11,13 +11,17 @@ same keys, project-scoped:
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from egress_proxies.clock import parse_k8s_time
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 _SECRET_SIGNATURE = "4dabf18193072939515e22adb298388d"  # noqa: S105 (pulumi's public marker)
@@ -99,31 +103,70 @@ def parse_checkpoint(stack: str, document: bytes | str) -> StackState:
 
 
 @dataclass(frozen=True)
+class GoneHolders:
+    """Lock holders (hosts) the caller proved gone, and since when.
+
+    `hosts`: every lock taken there is stale (a replica's pod that no longer
+    exists: a new pod never reuses the name). `expired`: the host's only
+    operator stopped renewing its peering keep-alive, which expired at the
+    time given; a lock taken there before that time is stale, a later one
+    (someone else's, say a `pulumi` run by hand) is not judged.
+    """
+
+    hosts: frozenset[str] = frozenset()
+    expired: Mapping[str, datetime.datetime] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<GoneHolders [pods gone: {len(self.hosts)} | expired: {len(self.expired)}]>"
+
+
+NOBODY = GoneHolders()
+
+
+@dataclass(frozen=True)
 class LockOwner:
-    """Who holds a stack's lock, as its lock file says."""
+    """Who holds a stack's lock, as its lock file says, and when it took it."""
 
     pid: int
     hostname: str
+    taken: datetime.datetime | None = None
 
     @classmethod
     def parse(cls, document: bytes | str) -> LockOwner | None:
         """The owner a lock file names; None for a lock file that does not parse."""
         try:
             owner = json.loads(document)
-            return cls(pid=int(owner.get("pid", 0)), hostname=str(owner.get("hostname", "")))
+            return cls(
+                pid=int(owner.get("pid", 0)),
+                hostname=str(owner.get("hostname", "")),
+                taken=_lock_time(owner.get("timestamp")),
+            )
         except (ValueError, TypeError, AttributeError):
             return None
 
-    def gone(self, gone_hosts: frozenset[str] = frozenset()) -> bool:
+    def gone(self, gone: GoneHolders = NOBODY) -> bool:
         """True if the holder provably died: it ran on this host and its pid runs no pulumi,
-        or it ran on one of `gone_hosts` (replicas whose pods the caller saw no longer exist).
+        or `gone` says its host's replica is gone (and, by keep-alive, since before the lock).
 
-        A lock held from any other host is never judged here: its process
+        A lock held from any other host is never judged otherwise: its process
         cannot be seen from this one.
         """
-        if self.hostname in gone_hosts:
+        if self.hostname in gone.hosts:
+            return True
+        expired = gone.expired.get(self.hostname)
+        if expired is not None and self.taken is not None and self.taken < expired:
             return True
         return self.hostname == socket.gethostname() and not pulumi_running(self.pid)
+
+
+def _lock_time(stamp: object) -> datetime.datetime | None:
+    """A lock's `timestamp` (Go's RFC 3339, in nanoseconds) as aware UTC; None if unreadable."""
+    if not isinstance(stamp, str):
+        return None
+    try:  # Python reads at most microseconds: drop the digits past six.
+        return parse_k8s_time(re.sub(r"(\.\d{6})\d+", r"\1", stamp))
+    except ValueError:
+        return None
 
 
 def pulumi_running(pid: int) -> bool:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from egress_proxies.stacks.backends.checkpoint import (
     KEPT_HISTORY_FILES,
+    NOBODY,
+    GoneHolders,
     LockOwner,
     StackState,
     parse_checkpoint,
@@ -85,9 +87,9 @@ class FileBackend:
                     holders.add(owner.hostname)
         return holders
 
-    def clear_stale_locks(self, gone_hosts: frozenset[str] = frozenset()) -> list[str]:
-        """Delete every lock whose owning process on this host is gone, or whose host is one
-        of `gone_hosts`. Returns what was cleared.
+    def clear_stale_locks(self, gone: GoneHolders = NOBODY) -> list[str]:
+        """Delete every lock whose owning process on this host is gone, or whose holder `gone`
+        proves gone. Returns what was cleared.
 
         A lock held by a live process, or by another host, is never touched:
         `pulumi cancel` would delete live locks too, so it is not used.
@@ -101,7 +103,7 @@ class FileBackend:
                 owner = LockOwner.parse(lock.read_bytes())
             except OSError:
                 continue
-            if owner is not None and owner.gone(gone_hosts):
+            if owner is not None and owner.gone(gone):
                 lock.unlink(missing_ok=True)
                 _sidecar(lock).unlink(missing_ok=True)
                 cleared.append(lock.parent.name)

@@ -4,9 +4,12 @@
     postgres://pulumi@db:5432/pulumi?sslmode=require&table=pulumi_state
     s3://bucket/prefix?region=eu-west-1            AWS S3
     s3://bucket?endpoint=http://minio:9000&use_path_style=true&disable_https=true
+    gs://bucket/prefix                             Google Cloud Storage (untested here)
+    azblob://container/prefix?storage_account=name Azure Blob Storage (untested here)
 
 Passwords come from the environment (`PGPASSWORD`; `AWS_ACCESS_KEY_ID` and
-`AWS_SECRET_ACCESS_KEY`), filled from a Secret: a URL that carries one is
+`AWS_SECRET_ACCESS_KEY`; Google's and Azure's credential variables), filled
+from a Secret: a URL that carries one is
 refused, so the URL itself can be logged, shown and written to a stack's
 `Pulumi.yaml`. Every error names the problem and shows the URL with any
 password replaced by `***`.
@@ -19,9 +22,8 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from egress_proxies.errors import EgressProxiesError
 
-FILE, POSTGRES, S3 = "file", "postgres", "s3"
-_SCHEMES = {"file": FILE, "postgres": POSTGRES, "s3": S3}
-_UNSUPPORTED = ("gs", "azblob")
+FILE, POSTGRES, S3, GS, AZBLOB = "file", "postgres", "s3", "gs", "azblob"
+_SCHEMES = {"file": FILE, "postgres": POSTGRES, "s3": S3, "gs": GS, "azblob": AZBLOB}
 _BOOLEANS = {"true", "false", "1", "0"}
 
 # The variables each scheme's clients read their credentials and defaults from:
@@ -40,6 +42,24 @@ CREDENTIAL_VARIABLES = {
         "AWS_SHARED_CREDENTIALS_FILE",
         "AWS_WEB_IDENTITY_TOKEN_FILE",
         "AWS_ROLE_ARN",
+    ),
+    GS: (
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+    ),
+    AZBLOB: (
+        "AZURE_STORAGE_ACCOUNT",
+        "AZURE_STORAGE_ACCOUNT_NAME",
+        "AZURE_STORAGE_KEY",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_CLIENT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_TENANT_ID",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_AUTHORITY_HOST",
     ),
 }
 
@@ -91,14 +111,10 @@ def parse_backend_url(text: str) -> BackendUrl:
     except ValueError as error:
         raise BackendUrlError(f"{shown}: not a URL ({error})") from None
     scheme = parts.scheme.lower()
-    if scheme in _UNSUPPORTED:
-        raise BackendUrlError(
-            f"{shown}: {scheme}:// is not supported by this operator "
-            "(file://, postgres:// and s3:// are)"
-        )
     if scheme not in _SCHEMES:
         raise BackendUrlError(
-            f"{shown}: unknown scheme {scheme or '(none)'!r}: use file://, postgres:// or s3://"
+            f"{shown}: unknown scheme {scheme or '(none)'!r}: "
+            "use file://, postgres://, s3://, gs:// or azblob://"
         )
     kind = _SCHEMES[scheme]
     if parts.password is not None:
@@ -112,6 +128,9 @@ def parse_backend_url(text: str) -> BackendUrl:
         raise BackendUrlError(f"{shown}: file:// needs an absolute path")
     if kind == S3:
         _check_s3(shown, parts.netloc, query)
+    if kind in (GS, AZBLOB) and not parts.netloc:
+        what = "bucket" if kind == GS else "container"
+        raise BackendUrlError(f"{shown}: {scheme}:// needs a {what}, {scheme}://{what}/prefix")
     if kind == POSTGRES and not (parts.path.strip("/") or parts.hostname):
         raise BackendUrlError(
             f"{shown}: name the server and database, postgres://user@host:5432/database"

@@ -1,0 +1,76 @@
+"""Several replicas, one at work: what the Proxy controller does on a replica that is not.
+
+kopf peering is pausing, not election: a replica starts paused, and resumes
+at the first look at its peering object in which no live peer outranks it.
+Two replicas that start together can both find the other's keep-alive not
+written yet, and both run handlers until the next look. What kopf then
+records on a Proxy (its finalizer, the handled state, the last handled
+spec) is shared by every replica: a handler run by the replica about to be
+paused makes the active one see nothing left to do. So a handler first asks
+the same gate as the GC (`operator/peering.py`): on a replica that is not
+the one at work it raises a retry and records nothing as handled, and the
+replica at work handles the Proxy itself.
+
+A replica that starts work (at start, after a pause, when a peer joined
+that may have worked before it saw this one) rings every Proxy that has
+not settled (`unsettled`): its retry timers, its handled state and its
+status writes may all have been another replica's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from egress_proxies.clock import Clock
+from egress_proxies.model import PERMANENT_ERROR, PROVISIONED, ConditionStatus, find_condition
+from egress_proxies.proxies.status import status_of
+from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
+
+Gate = Callable[[], Awaitable[str | None]]  # why this replica is not the one at work, or None
+
+# How long a handler waits for the gate to open (a replica just started may not see its own
+# keep-alive yet), and then how soon kopf tries it again on this replica.
+STANDBY_PATIENCE_SECONDS = 5.0
+STANDBY_POLL_SECONDS = 0.5
+STANDBY_RETRY_SECONDS = 5
+
+
+async def never_paused() -> str | None:
+    """The gate of a standalone operator: it is always the one at work."""
+    return None
+
+
+async def standing_by(gate: Gate, clock: Clock, patience: float) -> str | None:
+    """Why this replica must not handle a Proxy now, or None; waits up to `patience` s for None."""
+    deadline = clock.monotonic() + patience
+    while True:
+        reason = await gate()
+        if reason is None or clock.monotonic() >= deadline:
+            return reason
+        await clock.sleep(STANDBY_POLL_SECONDS)
+
+
+def settled(body: Mapping[str, Any]) -> bool:
+    """Whether a Proxy needs nothing more from the controller: provisioned (or failed for good)
+    for its current spec, not being deleted, no recreate requested."""
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return False
+    annotations = meta.get("annotations") or {}
+    request = annotations.get(RECONCILE_REQUEST_ANNOTATION)
+    if request and request != annotations.get(RECONCILE_HANDLED_ANNOTATION):
+        return False
+    provisioned = find_condition(status_of(body).conditions, PROVISIONED)
+    if provisioned is None or provisioned.observed_generation != meta.get("generation", 1):
+        return False
+    return provisioned.status == ConditionStatus.TRUE or provisioned.reason == PERMANENT_ERROR
+
+
+def unsettled(bodies: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The (namespace, name) of every Proxy that has not settled, in order."""
+    return sorted(
+        (body["metadata"]["namespace"], body["metadata"]["name"])
+        for body in bodies
+        if not settled(body)
+    )
