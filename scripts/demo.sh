@@ -77,10 +77,13 @@ if [ "$mode" = ha ]; then
     [ -s "$state/postgres-password" ] || random_secret >"$state/postgres-password"
   )
   if ! pg_isready -q -h "$host" -p "$pg_port" 2>/dev/null; then
-    (cd "$repo" && nohup "$py" -m harness.postgres serve "$state/postgres" --host "$host" \
-      --port "$pg_port" --clients "$block" --password-file "$state/postgres-password" \
-      >"$state/postgres.out" 2>&1 &
-      echo $! >"$state/postgres.pid")
+    (
+      cd "$repo" # harness/ is imported from the checkout
+      nohup "$py" -m harness.postgres serve "$state/postgres" --host "$host" \
+        --port "$pg_port" --clients "$block" --password-file "$state/postgres-password" \
+        >"$state/postgres.out" 2>&1 &
+      echo $! >"$state/postgres.pid"
+    )
     for _ in $(seq 1 120); do
       pg_isready -q -h "$host" -p "$pg_port" && break
       sleep 0.5
