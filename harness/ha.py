@@ -43,9 +43,22 @@ from harness.deploy import (
 )
 from harness.postgres import PostgresServer
 
-# deploy/components/ha's peering lifetime: the bound on a takeover after a crash.
-PEERING_LIFETIME = 15
 PEERING = "egress-proxies"  # the operator's default --peering
+LIFETIME_VARIABLE = "EGRESS_PROXIES_PEERING_LIFETIME_SECONDS"
+
+
+def component_peering_lifetime() -> int:
+    """The peering lifetime deploy/components/ha sets: the bound on noticing a crash."""
+    component = yaml.safe_load((REPO / "deploy/components/ha/kustomization.yaml").read_text())
+    for patch in component["patches"]:
+        for operation in yaml.safe_load(patch["patch"]):
+            value = operation.get("value") if isinstance(operation, dict) else None
+            if isinstance(value, dict) and value.get("name") == LIFETIME_VARIABLE:
+                return int(value["value"])
+    raise LookupError(f"deploy/components/ha sets no {LIFETIME_VARIABLE}")
+
+
+PEERING_LIFETIME = component_peering_lifetime()
 
 
 def cluster_block(cluster: ClusterHandle) -> str:
