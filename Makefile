@@ -6,18 +6,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN_DIR := $(shell bash tools/build.sh --bin-dir)
 DEMO_STATE := .state/demo
+DEMO_HA_STATE := .state/demo-ha
 export PATH := $(BIN_DIR):$(PATH)
 
-.PHONY: demo demo-down test lint typecheck unit integration tools venv clean
+.PHONY: demo demo-ha demo-down test lint typecheck unit integration tools venv clean
 
 demo: venv tools
 	@bash scripts/demo.sh $(DEMO_STATE)
 
+# The HA layout (deploy/ha: two operator pods, PostgreSQL on this machine, Redis).
+demo-ha: venv tools
+	@bash scripts/demo.sh $(DEMO_HA_STATE) ha
+
+# Stops both demos (whichever ran): the host processes they started, then the cluster.
 demo-down: venv
-	@for pid in origin; do \
-		if [ -f $(DEMO_STATE)/$$pid.pid ]; then kill $$(cat $(DEMO_STATE)/$$pid.pid) 2>/dev/null || true; rm -f $(DEMO_STATE)/$$pid.pid; fi; \
+	@for state in $(DEMO_STATE) $(DEMO_HA_STATE); do \
+		[ -d $$state ] || continue; \
+		for pid in origin postgres; do \
+			if [ -f $$state/$$pid.pid ]; then kill $$(cat $$state/$$pid.pid) 2>/dev/null || true; rm -f $$state/$$pid.pid; fi; \
+		done; \
+		$(PY) -m egress_proxies.cli dev-cluster down --state-dir $$state; \
 	done
-	@$(PY) -m egress_proxies.cli dev-cluster down --state-dir $(DEMO_STATE)
 
 # Two workers: the dev cluster's tests in one, every other test in the other
 # (tests/conftest.py groups them; docs/development.md).

@@ -132,11 +132,15 @@ def deploy(kubeconfig: Path, overlay: Path, timeout: int = 300) -> Deployed:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m harness.deploy overlay DIR`: write the dev cluster's overlay (for `make demo`)."""
-    if len(argv) != 2 or argv[0] != "overlay":
-        print("usage: python -m harness.deploy overlay DIR", file=sys.stderr)
+    """`python -m harness.deploy overlay DIR [BASE]`: the dev cluster's overlay of deploy/BASE.
+
+    BASE is `kind` by default (`make demo`); `make demo-ha` writes `ha`'s.
+    """
+    if len(argv) not in (2, 3) or argv[0] != "overlay":
+        print("usage: python -m harness.deploy overlay DIR [BASE]", file=sys.stderr)
         return 2
-    print(write_dev_overlay(Path(argv[1]).resolve()))
+    base = REPO / "deploy" / (argv[2] if len(argv) == 3 else "kind")
+    print(write_dev_overlay(Path(argv[1]).resolve(), base))
     return 0
 
 

@@ -12,10 +12,17 @@
 #      and fetches a page through the proxy
 #   6. a lease from this machine through the port-forwarded Service
 #   7. `pulumi stack ls --all` on the host, against the mounted backend
+# With `ha` as the second argument (`make demo-ha`) it runs the HA layout
+# instead (docs/operations.md "High availability"): Debian's PostgreSQL as a
+# process on this machine, listening on the cluster's host address, holds
+# the stacks; deploy/ha runs two operator pods (one at work), the discovery
+# tier and its Redis pod; step 7 lists the stacks in PostgreSQL.
 # Everything keeps running afterwards; `make demo-down` stops it.
 set -Eeuo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 state=${1:-.state/demo}
+mode=${2:-single}
+pg_port=${EGRESS_PROXIES_DEMO_PG_PORT:-15432}
 py=$repo/.venv/bin/python
 port=${EGRESS_PROXIES_DEMO_PORT:-8090}
 demo=demo
@@ -61,9 +68,51 @@ echo "passphrase: $state/passphrase (keep it: the stacks cannot be decrypted wit
 step "Creating the namespace and the Secrets"
 create_namespace_and_secrets "$repo" "$state" demo
 
-step "Applying deploy/kind with the locally built images"
-overlay=$(cd "$repo" && "$py" -m harness.deploy overlay "$state/overlay")
-apply_and_roll_out "$overlay"
+if [ "$mode" = ha ]; then
+  # The cluster's /16: its pods, and the host's address in it.
+  block=$("$py" -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1] + "/16", strict=False))' "$host")
+  step "Starting PostgreSQL (Debian's) on $host:$pg_port for the stacks, data in $state/postgres"
+  (
+    umask 077
+    [ -s "$state/postgres-password" ] || random_secret >"$state/postgres-password"
+  )
+  if ! pg_isready -q -h "$host" -p "$pg_port" 2>/dev/null; then
+    (
+      cd "$repo" # harness/ is imported from the checkout
+      nohup "$py" -m harness.postgres serve "$state/postgres" --host "$host" \
+        --port "$pg_port" --clients "$block" --password-file "$state/postgres-password" \
+        >"$state/postgres.out" 2>&1 &
+      echo $! >"$state/postgres.pid"
+    )
+    for _ in $(seq 1 120); do
+      pg_isready -q -h "$host" -p "$pg_port" && break
+      sleep 0.5
+    done
+    pg_isready -q -h "$host" -p "$pg_port" || fail "PostgreSQL did not start: $(tail -5 "$state/postgres.out")"
+  fi
+  backend_url="postgres://pulumi@$host:$pg_port/postgres?sslmode=disable"
+  echo "state backend: $backend_url (password in $state/postgres-password)"
+  k -n egress-proxies create secret generic state-backend \
+    --from-literal=EGRESS_PROXIES_STATE_BACKEND="$backend_url" \
+    --from-file=PGPASSWORD="$state/postgres-password" --dry-run=client -o yaml | k apply -f -
+
+  step "Applying deploy/ha with the locally built images: two operator pods, the discovery tier, Redis"
+  overlay=$(cd "$repo" && "$py" -m harness.deploy overlay "$state/overlay" ha)
+  apply_and_roll_out "$overlay"
+  for deployment in egress-proxies-redis egress-proxies-discovery; do
+    k -n egress-proxies rollout status "deployment/$deployment" --timeout=300s
+  done
+  step "The replica at work: the live peer of the highest priority (kopf peering)"
+  # shellcheck disable=SC2016 # a Go template, not shell
+  k get clusterkopfpeering egress-proxies \
+    -o go-template='{{range $pod, $peer := .status}}{{$pod}}  priority {{$peer.priority}}  lastseen {{$peer.lastseen}}{{"\n"}}{{end}}'
+  echo "(--priority-by-start: the earlier start has the higher priority; the other pod stands by)"
+else
+  step "Applying deploy/kind with the locally built images"
+  overlay=$(cd "$repo" && "$py" -m harness.deploy overlay "$state/overlay")
+  apply_and_roll_out "$overlay"
+  backend_url="file://$volume/backend"
+fi
 
 step "Serving a local page for the health checks and the crawlers ($host:18080)"
 mkdir -p "$state/origin"
@@ -142,7 +191,27 @@ lease_from_host "$port" "$token" '{"pool":"default"}' "$host"
 
 step "The stacks, as the pulumi CLI on the host sees them"
 mkdir -p "$state/pulumi-home"
-list_stacks "$volume/backend" "$state/passphrase" "$state/pulumi-home"
+if [ "$mode" = ha ]; then
+  PGPASSWORD=$(cat "$state/postgres-password")
+  export PGPASSWORD
+fi
+list_stacks "$backend_url" "$state/passphrase" "$state/pulumi-home"
+
+if [ "$mode" = ha ]; then
+  cat <<MSG
+
+Everything keeps running. Try:
+  export KUBECONFIG=$state/kubeconfig
+  kubectl get pods -n egress-proxies -o wide
+  kubectl get clusterkopfpeering egress-proxies -o yaml     # who is at work
+  kubectl -n egress-proxies delete pod ACTIVE_POD --grace-period=0 --force
+  kubectl -n egress-proxies rollout restart deployment/egress-proxies
+  PULUMI_BACKEND_URL='$backend_url' PGPASSWORD=\$(cat $state/postgres-password) \\
+    PULUMI_CONFIG_PASSPHRASE_FILE=$state/passphrase pulumi stack history -s $demo.squid-eu-1
+Stop everything with: make demo-down
+MSG
+  exit 0
+fi
 
 cat <<MSG
 

@@ -18,6 +18,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 WITHOUT_CLUSTER = ("broad_crawl", "gc", "health", "leases", "console", "lease_credentials")
 ON_THE_CLUSTER = ("tier",)
 WITH_THE_OPERATOR = ("reconcile", "pools", "memory", "crawl", "backends")
+# Deploys an operator that watches every namespace: a cluster of its own, not the session's.
+DEPLOYED = ("failover",)
 SMOKE_TIMEOUT_SECONDS = 900.0
 
 

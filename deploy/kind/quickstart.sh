@@ -129,7 +129,7 @@ step "Leasing a proxy from the pool 'default' for 300 seconds"
 lease_from_host "$port" "$token" '{"pool":"default"}' example.com
 
 step "The stacks, as the pulumi CLI on the host sees them"
-list_stacks "$state/pulumi-state/backend" "$state/passphrase" "$state/pulumi-home"
+list_stacks "file://$state/pulumi-state/backend" "$state/passphrase" "$state/pulumi-home"
 
 current="done"
 cat <<MSG

@@ -105,8 +105,9 @@ lease_from_host() {
   echo "$LEASE" | sed 's/"password": *"[^"]*"/"password":"<redacted>"/g; s#//\([^:/"]*\):[^@"]*@#//\1:<redacted>@#g'
 }
 
-# list_stacks BACKEND_DIR PASSPHRASE_FILE PULUMI_HOME: the stacks, as the plain pulumi CLI sees them.
+# list_stacks BACKEND_URL PASSPHRASE_FILE PULUMI_HOME: the stacks, as the plain pulumi CLI sees
+# them (a postgres:// backend's password comes from PGPASSWORD, as for the operator).
 list_stacks() {
-  PULUMI_BACKEND_URL="file://$1" PULUMI_CONFIG_PASSPHRASE_FILE="$2" PULUMI_HOME="$3" \
-    PULUMI_SKIP_UPDATE_CHECK=true pulumi stack ls --all || fail "pulumi could not read the backend in $1"
+  PULUMI_BACKEND_URL="$1" PULUMI_CONFIG_PASSPHRASE_FILE="$2" PULUMI_HOME="$3" \
+    PULUMI_SKIP_UPDATE_CHECK=true pulumi stack ls --all || fail "pulumi could not read the backend $1"
 }

@@ -9,6 +9,7 @@ import pytest
 
 from harness.cluster import ClusterHandle
 from tests.benchmarks import (
+    DEPLOYED,
     ON_THE_CLUSTER,
     WITH_THE_OPERATOR,
     WITHOUT_CLUSTER,
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_every_benchmark_has_a_smoke_test() -> None:
-    assert benchmarks() == {*WITHOUT_CLUSTER, *ON_THE_CLUSTER, *WITH_THE_OPERATOR}
+    assert benchmarks() == {*WITHOUT_CLUSTER, *ON_THE_CLUSTER, *WITH_THE_OPERATOR, *DEPLOYED}
 
 
 @pytest.mark.parametrize("name", WITHOUT_CLUSTER)
