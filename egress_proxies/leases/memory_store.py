@@ -360,6 +360,12 @@ class MemoryLeaseStore:
             self._end_due(self._clock.time())
             return {key: len(leases) for key, leases in self._holders.items()}
 
+    async def pair_counts(self) -> dict[ProxyKey, dict[str | None, int]]:
+        """Active leases per {proxy, target} pair, for proxies holding at least one."""
+        with self._lock:
+            self._end_due(self._clock.time())
+            return {key: dict(pairs) for key, pairs in self._pairs.items()}
+
     async def counts(self) -> LeaseCounts:
         """The fleet-wide totals now."""
         return self.last_counts()

@@ -156,3 +156,23 @@ async def test_expiry_and_forgetting_free_a_proxys_targets(
     for target in ("a.example", "b.example"):
         assert granted(await store.acquire(candidates, target, 60)).proxy.name == "two"
     refused(await store.acquire(candidates, "c.example", 60))
+
+
+async def test_pair_counts_name_each_target_and_end_with_the_leases(
+    store: LeaseStore, clock: ManualClock
+) -> None:
+    candidates = pool(record("p0", max_leases=2), record("p1"))
+    first = granted(await store.acquire(candidates, "a.example", 30))
+    granted(await store.acquire(candidates, "a.example", 60))
+    granted(await store.acquire(candidates, "a.example", 60))
+    granted(await store.acquire(candidates, None, 60))
+    assert await store.pair_counts() == {
+        "crawl/p0": {"a.example": 2},
+        "crawl/p1": {"a.example": 1, None: 1},
+    }
+    assert first.proxy.name == "p0"
+    clock.advance(30)  # the first lease expires
+    assert await store.pair_counts() == {
+        "crawl/p0": {"a.example": 1},
+        "crawl/p1": {"a.example": 1, None: 1},
+    }
