@@ -22,9 +22,12 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   from requests already in flight: they lower it no further, and nothing raises
   it until that hold is over. Then the pace doubles per second of traffic back
   up to `cruise` x the limit, and cruises there.
-- Probing: `probe_after` seconds after the last decrease the pace grows above
-  the limit again by `increase` (a share of itself) per second of traffic, until
-  a rate limit sets a new limit; so a site that raised its limit is found again.
+- Probing: `probe_after` seconds after the last decrease, and no sooner than
+  `PROBE_REQUESTS` requests at the limit, the pace grows above the limit again by
+  `increase` (a share of itself) per second of traffic, until a rate limit sets a
+  new limit; so a site that raised its limit is found again. A probe costs about
+  one rate limit, so counting requests keeps its share of a slow site's answers
+  as small as of a fast one's (at 1/s a probe every 30 s was one answer in 30).
   A rate limit while cruising (before the probe) says the limit is lower than
   remembered: an estimated limit is then set below the pace seen (`CONVERGE` of
   it), so a site that halved its limit is found in a few decreases.
@@ -64,6 +67,9 @@ DEFAULT_PACE_CRUISE = 0.95
 # enough that probing costs little (one rate limit per pair per probe), short enough
 # that a site that restored its limit is back at full pace within a minute.
 DEFAULT_PACE_PROBE_AFTER = 30.0
+# ...and no sooner than this many requests at the limit: one probe's rate limit is then
+# at most about 1 % of a pair's answers, however slow the site.
+PROBE_REQUESTS = 100.0
 # Slow start and the climb back to the cruise double the pace per second of traffic.
 GROWTH = 2.0
 # A limit hit while cruising is set this far below the pace the site saw.
@@ -239,8 +245,14 @@ def lowered(
     state.change(max(limits.floor, lower), now)
     state.lowered_at = now
     state.hold_until = now + max(limits.settle, retry_after or 0.0)
-    state.probe_at = now + limits.probe_after
+    state.probe_at = now + probe_wait(state.limit, limits)
     return True
+
+
+def probe_wait(limit: float, limits: PaceLimits) -> float:
+    """Seconds from a decrease to the probe above `limit`: `probe_after`, and at least
+    PROBE_REQUESTS requests' worth at the limit."""
+    return max(limits.probe_after, PROBE_REQUESTS / limit)
 
 
 def adopted(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> None:

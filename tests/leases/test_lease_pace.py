@@ -257,7 +257,7 @@ async def test_the_pace_stays_between_floor_and_ceiling(
         await rate_limited(store, lease)
         clock.advance(1.0)
     assert rate(await rate_limited(store, lease)) == 0.5
-    clock.advance(30.0)
+    clock.advance(230.0)  # the probe: 100 requests at the 0.45/s limit (0.9 of 0.5)
     for _ in range(10):
         await ok(store, lease, 100)
     assert rate(await ok(store, lease, 100)) == 3.0
@@ -481,3 +481,20 @@ async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
         assert rate(newcomer.pace) == 6.0
     finally:
         await store.close()
+
+
+async def test_a_slow_sites_probe_waits_for_a_hundred_requests_at_its_limit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    slow = granted(await store.acquire(pool(record("a")), SITE, 60))
+    fast = granted(await store.acquire(pool(record("b")), "fast.example", 60))
+    assert rate(await ok(store, slow, 1)) == 2.0
+    assert rate(await rate_limited(store, slow, accepted=1)) == 0.95, "its limit: 1/s"
+    assert rate(await ok(store, fast, 4)) == 16.0
+    assert rate(await rate_limited(store, fast, accepted=10)) == 9.5, "its limit: 10/s"
+    clock.advance(30.0)
+    assert rate(await ok(store, slow, 30)) == 0.95, "30 s at 1/s is 30 requests: no probe"
+    assert rate(await ok(store, fast, 10)) > 9.5, "300 requests at 10/s: probing at 30 s"
+    clock.advance(70.0)
+    assert rate(await ok(store, slow, 1)) > 0.95, "100 requests at 1/s: probing"

@@ -113,6 +113,7 @@ end
 -- for `memory` reads as absent. Values written before limits were kept have four
 -- (pair) or two (target) fields: no limit, slow start.
 local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
+local PROBE_REQUESTS = 100.0
 local function pace_params(from)
   return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
     increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
@@ -225,7 +226,7 @@ local function lower(state, now, P, retry_after, accepted)
   change(state, math.max(P.floor, new_rate), now)
   state.lowered = now
   state.hold = now + math.max(P.settle, retry_after or 0)
-  state.probe = now + P.probe_after
+  state.probe = now + math.max(P.probe_after, PROBE_REQUESTS / state.limit)
 end
 
 -- pace.py's `adopted`: a pair in slow start takes the limit the fleet found for its
