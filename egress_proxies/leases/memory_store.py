@@ -171,7 +171,7 @@ class MemoryLeaseStore:
         bounds = limits.bounds_for(target)
         holders = joining + self._pairs.get(key, {}).get(target, 0)
         leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
-        learned = self._paces.learned(key, target)
+        learned = self._paces.learned(key, target, now)
         waiting = self._waiting.held_by_waiting(target, now)
         return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds), waiting)
 

@@ -14,6 +14,7 @@ import pytest
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.leases import LeaseStore, NoMatch, ReportResult
+from egress_proxies.leases.pace import DEFAULT_PACE_START
 from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
@@ -44,9 +45,9 @@ async def test_by_default_every_proxy_carries_every_target_once(store: LeaseStor
     assert refused(await store.acquire(candidates, "a.example", 60, held=4)) == NoMatch(
         considered=4, at_capacity=4, in_cooldown=0, unhealthy=0, retry_after=60.0
     )
-    assert all(lease.pace is not None and lease.pace.rate == 1.0 for lease in held), (
-        "holders of different targets do not split a pace"
-    )
+    assert all(
+        lease.pace is not None and lease.pace.rate == DEFAULT_PACE_START for lease in held
+    ), "holders of different targets do not split a pace"
 
 
 async def test_the_fewest_leases_for_the_target_win_then_the_fewest_in_all(

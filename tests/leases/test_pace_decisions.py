@@ -1,10 +1,19 @@
-"""The pace's decisions as pure functions of plain values: when a pair probes above its limit."""
+"""The pace's decisions as pure functions of plain values: when a pair probes above its limit,
+and how a target's pairs in slow start trail the one exploring it."""
 
 from __future__ import annotations
 
 import pytest
 
-from egress_proxies.leases.pace import PaceLimits, PaceState, lowered, probe_wait, raised
+from egress_proxies.leases.pace import (
+    EXPLORING,
+    PaceLimits,
+    PaceState,
+    lowered,
+    probe_wait,
+    raised,
+    trailing,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +40,25 @@ def test_a_counted_limit_holds_the_cruise_until_its_probe(limit: int, probe_at: 
     assert state.rate == cruise
     assert raised(state, limit, probe_at, LIMITS, cap=50.0), "the probe"
     assert state.rate == pytest.approx(cruise * 1.05 ** (1 / 0.95))
+
+
+def test_a_pair_in_slow_start_climbs_no_higher_than_the_site_accepted_while_another_explores() -> (
+    None
+):
+    fleet = PaceState(rate=8.0, changed_at=10.0, accepted=4.0)  # raised to 8 at 10 s; 4/s accepted
+    follower = PaceState(rate=2.0)
+    assert trailing(follower, fleet, now=11.0) == 4.0
+    assert raised(follower, 100, 11.0, LIMITS, cap=50.0, trail=4.0)
+    assert follower.rate == 4.0, "not 2 x 2^50"
+    assert trailing(follower, fleet, now=11.0) == 4.0
+    assert not raised(follower, 100, 11.0, LIMITS, cap=50.0, trail=4.0), "stays there"
+
+
+def test_the_explorer_and_pairs_past_it_or_past_slow_start_have_no_trail() -> None:
+    fleet = PaceState(rate=8.0, changed_at=10.0, accepted=4.0)
+    assert trailing(PaceState(rate=8.0), fleet, now=11.0) is None, "the explorer itself"
+    assert trailing(PaceState(rate=2.0), fleet, now=10.0 + EXPLORING) is None, "it stopped"
+    limited = PaceState(rate=2.0, limit=5.0)
+    assert trailing(limited, fleet, now=11.0) is None, "a known limit: the cruise applies"
+    found = PaceState(rate=4.75, changed_at=10.0, limit=5.0)
+    assert trailing(PaceState(rate=2.0), found, now=11.0) is None, "the fleet found the limit"
