@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from egress_proxies.catalog import ProxyKey
 from egress_proxies.leases.pace import (
     EXPLORING,
     PaceLimits,
+    Paces,
     PaceState,
     lowered,
     probe_wait,
@@ -62,3 +64,15 @@ def test_the_explorer_and_pairs_past_it_or_past_slow_start_have_no_trail() -> No
     assert trailing(limited, fleet, now=11.0) is None, "a known limit: the cruise applies"
     found = PaceState(rate=4.75, changed_at=10.0, limit=5.0)
     assert trailing(PaceState(rate=2.0), found, now=11.0) is None, "the fleet found the limit"
+
+
+def test_the_fleet_measures_what_the_site_accepted_over_a_second_or_more() -> None:
+    paces = Paces(LIMITS)
+    p0, p1, p2 = (ProxyKey(f"crawl/p{index}") for index in range(3))
+    assert paces.record(p0, "s", now=0.0, ok=1).rate == 2.0, "p0 explores: 1 request = 1 s"
+    assert paces.learned(p1, "s", now=0.5).rate == 1.0, "a newcomer: the start, nothing measured"
+    assert paces.record(p0, "s", now=0.5, ok=1).rate == 2.0**1.5, "0.5 s since: not measured"
+    assert paces.record(p0, "s", now=2.0, ok=3).rate > 4.0, "3 in 1.5 s: 2/s accepted"
+    assert paces.learned(p1, "s", now=2.5).rate == 2.0, "a newcomer starts at what was accepted"
+    assert paces.record(p1, "s", now=2.5, ok=8).rate == 2.0, "and climbs no higher"
+    assert paces.learned(p2, "s", now=4.0).rate > 4.0, "the explorer stopped: where it got"
