@@ -160,9 +160,13 @@ class Demand(_Model):
     """The lease demand the pool's Proxies see (published by the discovery tier)."""
 
     active_leases: int = 0
-    """Leases the pool's Proxies hold now."""
+    """Leases the pool's Proxies hold now, for every target."""
     capacity: int = 0
-    """The sum of maxLeases over the pool's Ready, non-draining Proxies."""
+    """The leases the pool's Ready, non-draining Proxies carry at once for one target
+    (the sum of their maxLeases)."""
+    busiest_target_leases: int = 0
+    """The room on those Proxies the busiest target takes: its leases on each (at most
+    maxLeases), and all of a Proxy's maxLeases where other targets fill its maxTargets."""
     waiting_per_minute: int = 0
     """Lease requests refused at capacity within the last minute, since the last scaling step."""
 

@@ -121,6 +121,10 @@ class ObservedLeaseStore:
         """The store's active leases per proxy."""
         return await self._store.active_counts()
 
+    async def pair_counts(self) -> dict[ProxyKey, dict[str | None, int]]:
+        """The store's active leases per {proxy, target} pair."""
+        return await self._store.pair_counts()
+
     async def counts(self) -> LeaseCounts:
         """The store's fleet-wide totals."""
         return await self._store.counts()

@@ -171,7 +171,7 @@ class MemoryLeaseStore:
         bounds = limits.bounds_for(target)
         holders = joining + self._pairs.get(key, {}).get(target, 0)
         leases = joining + (0 if target is None else len(self._target_leases.get(target, ())))
-        learned = self._paces.learned(key, target)
+        learned = self._paces.learned(key, target, now)
         waiting = self._waiting.held_by_waiting(target, now)
         return handed_out(learned, bounds, holders, leases, limits.cap_for(bounds), waiting)
 
@@ -359,6 +359,12 @@ class MemoryLeaseStore:
         with self._lock:
             self._end_due(self._clock.time())
             return {key: len(leases) for key, leases in self._holders.items()}
+
+    async def pair_counts(self) -> dict[ProxyKey, dict[str | None, int]]:
+        """Active leases per {proxy, target} pair, for proxies holding at least one."""
+        with self._lock:
+            self._end_due(self._clock.time())
+            return {key: dict(pairs) for key, pairs in self._pairs.items()}
 
     async def counts(self) -> LeaseCounts:
         """The fleet-wide totals now."""

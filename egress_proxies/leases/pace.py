@@ -22,15 +22,25 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   from requests already in flight: they lower it no further, and nothing raises
   it until that hold is over. Then the pace doubles per second of traffic back
   up to `cruise` x the limit, and cruises there.
-- Probing: `probe_after` seconds after the last decrease the pace grows above
-  the limit again by `increase` (a share of itself) per second of traffic, until
-  a rate limit sets a new limit; so a site that raised its limit is found again.
+- Probing: `probe_after` seconds after the last decrease, and no sooner than
+  `PROBE_REQUESTS` requests at the limit, the pace grows above the limit again by
+  `increase` (a share of itself) per second of traffic, until a rate limit sets a
+  new limit; so a site that raised its limit is found again. A probe costs about
+  one rate limit, so counting requests keeps its share of a slow site's answers
+  as small as of a fast one's (at 1/s a probe every 30 s was one answer in 30).
   A rate limit while cruising (before the probe) says the limit is lower than
   remembered: an estimated limit is then set below the pace seen (`CONVERGE` of
   it), so a site that halved its limit is found in a few decreases.
 - The fleet learns once: a pair still in slow start when another proxy has found
-  the target's limit takes that limit (and cruises below it) at its next report,
-  instead of overshooting it on its own.
+  the target's limit takes that limit and goes to the cruise below it at its next
+  report, instead of overshooting it on its own or climbing to it. And one pair
+  of a target explores at a time: while one raises the target's pace into the
+  unknown (within the last `EXPLORING` seconds), the target's other pairs in slow
+  start climb no higher than the most the site has accepted from one of them,
+  measured as the requests an `ok` report counts over the time since the pair's
+  previous report (a second or more), and a pair new to the target starts there.
+  So the pairs that start together on a site pay one rate limit to find its
+  limit, not one each (at 1 request/s that was one answer in 40 per proxy).
 
 The learned pace stays within [floor, ceiling], and below a target's per-proxy
 bound. The target's own pace is where a proxy new to the target starts (with the
@@ -51,7 +61,9 @@ from typing import TypeVar
 
 from egress_proxies.catalog import ProxyKey
 
-DEFAULT_PACE_START = 1.0
+# Below the slowest limit sites commonly set (1/s): a pace at a site's limit is refused on
+# a new connection's second request, as the first arrives late by the connection's setup.
+DEFAULT_PACE_START = 0.5
 DEFAULT_PACE_FLOOR = 0.1
 DEFAULT_PACE_CEILING = 50.0
 DEFAULT_PACE_INCREASE = 0.05
@@ -64,8 +76,14 @@ DEFAULT_PACE_CRUISE = 0.95
 # enough that probing costs little (one rate limit per pair per probe), short enough
 # that a site that restored its limit is back at full pace within a minute.
 DEFAULT_PACE_PROBE_AFTER = 30.0
+# ...and no sooner than this many requests at the limit: one probe's rate limit is then
+# at most about 1 % of a pair's answers, however slow the site.
+PROBE_REQUESTS = 100.0
 # Slow start and the climb back to the cruise double the pace per second of traffic.
 GROWTH = 2.0
+# A target whose pace a pair in slow start raised within this many seconds is being
+# explored: its other pairs trail what the site accepted (a stopped explorer frees them).
+EXPLORING = 2.0
 # A limit hit while cruising is set this far below the pace the site saw.
 CONVERGE = 0.9
 # Sites count their limits over a second: the pace they saw is the last second's.
@@ -168,7 +186,9 @@ class Pace:
 class PaceState:
     """A learned pace: its rate, when it was last lowered, until when it holds still, the
     limit the site's last rate limit came at (None: never limited, slow start), when it
-    may probe above it, and when the rate last changed from what (`before`)."""
+    may probe above it, and when the rate last changed from what (`before`). A target's
+    state also keeps the most requests/s its pairs in slow start were measured to have
+    had accepted (`accepted`)."""
 
     rate: float
     lowered_at: float | None = None
@@ -177,6 +197,7 @@ class PaceState:
     probe_at: float = 0.0
     changed_at: float = 0.0
     before: float | None = None
+    accepted: float = 0.0
 
     def seen(self, now: float) -> float:
         """The pace the site saw over the last second: `before`, then `rate` since the change."""
@@ -190,14 +211,22 @@ class PaceState:
         self.before, self.changed_at, self.rate = self.rate, now, rate
 
 
-def raised(state: PaceState, count: int, now: float, limits: PaceLimits, cap: float) -> bool:
-    """Apply `count` accepted requests; True when the pace changed."""
+def raised(
+    state: PaceState,
+    count: int,
+    now: float,
+    limits: PaceLimits,
+    cap: float,
+    trail: float | None = None,
+) -> bool:
+    """Apply `count` accepted requests (`trail`: the most slow start may reach, see
+    `trailing`); True when the pace changed."""
     if now < state.hold_until or state.rate >= cap:
         return False
     seconds = min(count / state.rate, _MOST_SECONDS)
     doubled = state.rate * GROWTH**seconds
     if state.limit is None:
-        rate = doubled
+        rate = doubled if trail is None else min(doubled, trail)
     elif state.rate < (cruise := limits.cruise * state.limit):
         rate = min(cruise, doubled)
     elif now >= state.probe_at:
@@ -239,17 +268,38 @@ def lowered(
     state.change(max(limits.floor, lower), now)
     state.lowered_at = now
     state.hold_until = now + max(limits.settle, retry_after or 0.0)
-    state.probe_at = now + limits.probe_after
+    state.probe_at = now + probe_wait(state.limit, limits)
     return True
+
+
+def probe_wait(limit: float, limits: PaceLimits) -> float:
+    """Seconds from a decrease to the probe above `limit`: `probe_after`, and at least
+    PROBE_REQUESTS requests' worth at the limit."""
+    return max(limits.probe_after, PROBE_REQUESTS / limit)
+
+
+def exploring(fleet: PaceState, now: float) -> bool:
+    """True while a pair in slow start raises the target's pace (`fleet`) into the unknown."""
+    return fleet.limit is None and now - fleet.changed_at < EXPLORING
+
+
+def trailing(state: PaceState, fleet: PaceState, now: float) -> float | None:
+    """The most a pair in slow start may raise its pace to while another pair explores
+    the target above it: the most the site was measured to accept from one of the
+    target's pairs. None: no bound (the pair explores itself)."""
+    if state.limit is not None or not exploring(fleet, now) or state.rate >= fleet.rate:
+        return None
+    return max(state.rate, fleet.accepted)
 
 
 def adopted(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> None:
     """A pair in slow start takes the limit the fleet found for its target (if any),
-    and drops to cruise below it if it is above."""
+    and goes to the cruise below it: down from above, or up from below at once (the site
+    accepted the limit from another address, and it limits each address alike)."""
     if state.limit is not None or fleet.limit is None:
         return
     state.limit, state.probe_at = fleet.limit, fleet.probe_at
-    if state.rate > (cruise := max(limits.floor, limits.cruise * fleet.limit)):
+    if state.rate != (cruise := max(limits.floor, limits.cruise * fleet.limit)):
         state.change(cruise, now)
 
 
@@ -298,8 +348,9 @@ class Paces:
     _targets: dict[str, _Remembered] = field(default_factory=dict)
     _next_prune: float = math.inf
 
-    def learned(self, key: ProxyKey, target: str | None) -> PaceState:
-        """The pair's pace, else where a proxy new to the target starts."""
+    def learned(self, key: ProxyKey, target: str | None, now: float) -> PaceState:
+        """The pair's pace, else where a proxy new to the target starts (behind its
+        explorer, if one is at it)."""
         remembered = self._pairs.get((key, target))
         if remembered is not None:
             return remembered.state
@@ -307,7 +358,10 @@ class Paces:
         if start is None:
             return PaceState(self.limits.start)
         known = start.state
-        return PaceState(known.rate, limit=known.limit, probe_at=known.probe_at)
+        rate = known.rate
+        if exploring(known, now):
+            rate = min(rate, max(self.limits.start, known.accepted))
+        return PaceState(rate, limit=known.limit, probe_at=known.probe_at)
 
     def record(
         self,
@@ -321,18 +375,25 @@ class Paces:
         accepted: int | None = None,
     ) -> PaceState:
         """Apply a report about the pair; return its pace after it."""
-        state = self.learned(key, target)
+        state = self.learned(key, target, now)
+        previous = self._pairs.get((key, target))
+        measured = 0.0  # in slow start: what the site accepted since the previous report
+        if previous is not None and not rate_limited and state.limit is None:
+            since = now - previous.touched_at
+            measured = ok / since if since >= SITE_WINDOW else 0.0
         bounds = self.limits.bounds_for(target)
         fleet = self._targets.get(target) if target is not None else None
+        trail = None
         if fleet is not None:
             adopted(state, fleet.state, now, self.limits)
+            trail = trailing(state, fleet.state, now)
         if rate_limited:
             changed = lowered(state, now, retry_after, self.limits, accepted)
         else:
-            changed = raised(state, ok, now, self.limits, self.limits.cap_for(bounds))
+            changed = raised(state, ok, now, self.limits, self.limits.cap_for(bounds), trail)
         self._touch(self._pairs, (key, target), state, now)
         if changed and target is not None:
-            self._follow(target, state, now, went_down=rate_limited)
+            self._follow(target, state, now, went_down=rate_limited, measured=measured)
         return state
 
     def forget_proxy(self, key: ProxyKey) -> None:
@@ -357,11 +418,14 @@ class Paces:
     def __len__(self) -> int:
         return len(self._pairs)
 
-    def _follow(self, target: str, pair: PaceState, now: float, *, went_down: bool) -> None:
+    def _follow(
+        self, target: str, pair: PaceState, now: float, *, went_down: bool, measured: float
+    ) -> None:
         entry = self._targets.get(target)
-        state = entry.state if entry is not None else PaceState(pair.rate)
+        state = entry.state if entry is not None else PaceState(pair.rate, changed_at=now)
         if (pair.rate < state.rate) if went_down else (pair.rate > state.rate):
-            state.rate = pair.rate
+            state.change(pair.rate, now)
+        state.accepted = max(state.accepted, measured)
         if went_down:
             state.limit, state.probe_at = pair.limit, pair.probe_at
         self._touch(self._targets, target, state, now)

@@ -63,6 +63,7 @@ SCRIPTS = (
     "report",
     "forget",
     "counts",
+    "pairs",
     "cooling",
     "clear",
     "ends",
@@ -344,6 +345,16 @@ class RedisLeaseStore:
     async def active_counts(self) -> dict[ProxyKey, int]:
         """Active leases per proxy, for proxies holding at least one."""
         return (await self._counts())[1]
+
+    async def pair_counts(self) -> dict[ProxyKey, dict[str | None, int]]:
+        """Active leases per {proxy, target} pair, for proxies holding at least one."""
+        reply = await self._run("pairs", repr(self._clock.time()), self._window)
+        per_pair: dict[ProxyKey, dict[str | None, int]] = {}
+        for i in range(0, len(reply), 2):
+            key, _, field = reply[i].partition("\n")
+            target = None if field == "g" else field.removeprefix("t:")
+            per_pair.setdefault(ProxyKey(key), {})[target] = int(reply[i + 1])
+        return per_pair
 
     async def counts(self) -> LeaseCounts:
         """The fleet-wide totals now (remembered for `last_counts`)."""

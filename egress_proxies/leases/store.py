@@ -158,6 +158,11 @@ class LeaseStore(Protocol):
         """Active leases per proxy, for proxies holding at least one."""
         ...
 
+    async def pair_counts(self) -> dict[ProxyKey, dict[str | None, int]]:
+        """Active leases per {proxy, target} pair (target None: leases without one),
+        for proxies holding at least one: what a pool's autoscaler measures."""
+        ...
+
     async def counts(self) -> LeaseCounts:
         """The fleet-wide totals now (and remembered for `last_counts`)."""
         ...

@@ -245,7 +245,7 @@ class Operator:
             PoolComponents(
                 client=self.client,
                 members=self.fleet,
-                lease_counts=self.leases.active_counts,
+                lease_counts=self.leases.pair_counts,
                 demand=self.demand,
                 max_lease_seconds=float(settings.lease_max_ttl),
                 metrics=PoolMetrics(self.metrics_registry),

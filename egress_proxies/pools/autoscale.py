@@ -1,8 +1,17 @@
 """Demand autoscaling as a pure decision: from the pool's demand, the replica count it needs.
 
-Up by `scaleUpStep` when utilization (active leases ÷ capacity of the Ready
-members) reaches the target, or lease requests waited at capacity and no
-lease is free now (a free one answers them), but only
+Capacity is per {proxy, target} pair (leases/capacity.py): a Proxy carries
+`maxLeases` leases for each target, for many targets at once. So utilization
+is the busiest target's: the room it takes on the Ready members ÷ the room
+they offer one target (the sum of their `maxLeases`). A broad crawl holding
+one lease per {proxy, site} pair is at 100 %, as one site holding every proxy
+is; three sites on one proxy each of four are at 25 %, with room for each to
+spread. With `maxTargets: 1` (exclusive proxies) a proxy held for one target
+is full for every other, and utilization is leases ÷ proxies.
+
+Up by `scaleUpStep` when utilization reaches the target, or lease requests
+waited at capacity and the busiest target has no room left (while it has,
+the waits are answered by spreading), but only
 once the previous step is Ready (no stacking steps on capacity still
 starting). Down, after `scaleDownDelay` of continuous low use, straight to
 `max(minReplicas, busy members + minIdle)`. Any demand in between resets the
@@ -11,6 +20,7 @@ delay, so a pool never flaps faster than the delay.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,11 +53,49 @@ class ScaleDecision:
     limited: str | None = None  # AtMaxReplicas while demand asks for more
 
 
+@dataclass(frozen=True)
+class Carrier:
+    """A Ready, non-draining member as the autoscaler counts it: its bounds and its
+    active leases per target (None: leases without a target, a pair of their own)."""
+
+    max_leases: int
+    max_targets: int | None
+    leases: Mapping[str | None, int]
+
+
+def busiest_target_leases(carriers: Sequence[Carrier]) -> int:
+    """The most room one target takes on the carriers: its leases on each (at most
+    maxLeases), and all of a carrier's maxLeases where other targets fill its maxTargets."""
+    busiest = 0
+    for target in {target for carrier in carriers for target in carrier.leases}:
+        taken = 0
+        for carrier in carriers:
+            held = carrier.leases.get(target, 0)
+            if held:
+                taken += min(held, carrier.max_leases)
+            elif carrier.max_targets is not None and len(carrier.leases) >= carrier.max_targets:
+                taken += carrier.max_leases
+        busiest = max(busiest, taken)
+    return busiest
+
+
+def pool_demand(carriers: Sequence[Carrier], active_leases: int, waiting_per_minute: int) -> Demand:
+    """The pool's demand from its Ready, non-draining members (`carriers`), the leases on
+    all its members (draining ones too) and the lease requests that waited."""
+    return Demand(
+        active_leases=active_leases,
+        capacity=sum(carrier.max_leases for carrier in carriers),
+        busiest_target_leases=busiest_target_leases(carriers),
+        waiting_per_minute=waiting_per_minute,
+    )
+
+
 def utilization_percent(demand: Demand) -> float:
-    """Active leases ÷ capacity, in percent (100 when leases exist and no capacity does)."""
+    """The busiest target's room taken ÷ the room for one target, in percent (100 when
+    leases exist and no capacity does)."""
     if demand.capacity <= 0:
         return 100.0 if demand.active_leases else 0.0
-    return 100.0 * demand.active_leases / demand.capacity
+    return 100.0 * demand.busiest_target_leases / demand.capacity
 
 
 def decide(policy: Autoscale, seen: ScaleInput) -> ScaleDecision:
@@ -57,8 +105,8 @@ def decide(policy: Autoscale, seen: ScaleInput) -> ScaleDecision:
         return ScaleDecision(bounded, UP if bounded > seen.replicas else DOWN, "within bounds")
     utilization = utilization_percent(seen.demand)
     waiting = seen.demand.waiting_per_minute
-    # Requests that waited count only while no lease is free: a free one answers them.
-    full = seen.demand.active_leases >= seen.demand.capacity
+    # Requests that waited count only while the busiest target has no room: room answers them.
+    full = seen.demand.busiest_target_leases >= seen.demand.capacity
     if (full and waiting >= policy.scale_up_on_waiting) or (
         utilization >= policy.target_utilization_percent
     ):

@@ -84,7 +84,8 @@ class PoolComponents:
 
     client: KubeClient
     members: MemberSource
-    lease_counts: Callable[[], Awaitable[Mapping[ProxyKey, int]]]  # the LeaseStore's
+    # Active leases per {proxy, target} pair: the LeaseStore's `pair_counts`.
+    lease_counts: Callable[[], Awaitable[Mapping[ProxyKey, Mapping[str | None, int]]]]
     demand: DemandBook
     max_lease_seconds: float
     metrics: ScalingRecorder | None = None
@@ -158,11 +159,12 @@ class PoolController:
         now = self._c.clock.utcnow()
         wanted_hash = template_hash(raw_spec.get("template") or {})
         expected = self._expected.setdefault(pool, _Expectations())
-        counts = await self._c.lease_counts()
+        pair_counts = await self._c.lease_counts()
+        counts = {key: sum(pairs.values()) for key, pairs in pair_counts.items()}
         bodies = self._c.members.pool_members(namespace, name)
         members = self._members(bodies, namespace, spec, expected, counts, now)
         active = [m for m in members if not m.draining]
-        demand = self._demand(pool, bodies, namespace, members, counts, status, now)
+        demand = self._demand(pool, bodies, namespace, members, pair_counts, status, now)
         low_use_since = parse_time(status.low_use_since)
         last_scale = status.last_scale_time
         limited: str | None = None
@@ -272,28 +274,32 @@ class PoolController:
         bodies: Sequence[Mapping[str, Any]],
         namespace: str,
         members: Sequence[Member],
-        counts: Mapping[ProxyKey, int],
+        pair_counts: Mapping[ProxyKey, Mapping[str | None, int]],
         status: ProxyPoolStatus,
         now: datetime.datetime,
     ) -> Demand:
-        capacity = 0
+        serving = {m.name for m in members if not m.draining}
+        carriers = []
         for body in bodies:
-            meta = body["metadata"]
-            if (body.get("status") or {}).get("phase") == "Ready" and any(
-                m.name == meta["name"] and not m.draining for m in members
-            ):
-                capacity += int((body.get("spec") or {}).get("maxLeases", 1))
+            name, spec = body["metadata"]["name"], body.get("spec") or {}
+            if (body.get("status") or {}).get("phase") == "Ready" and name in serving:
+                carriers.append(
+                    autoscale.Carrier(
+                        max_leases=int(spec.get("maxLeases", 1)),
+                        max_targets=spec.get("maxTargets"),
+                        leases=pair_counts.get(proxy_key(namespace, name), {}),
+                    )
+                )
         # Waits counted since the last scaling step only: the step answered the earlier ones.
         last_scale = parse_time(status.last_scale_time)
         since = max(
             (now - _seconds(WAIT_WINDOW_SECONDS)).timestamp(),
             last_scale.timestamp() if last_scale else 0.0,
         )
-        return Demand(
-            active_leases=sum(counts.get(proxy_key(namespace, m.name), 0) for m in members),
-            capacity=capacity,
-            waiting_per_minute=self._c.demand.waits_since(pool, since),
+        active = sum(
+            sum(pair_counts.get(proxy_key(namespace, m.name), {}).values()) for m in members
         )
+        return autoscale.pool_demand(carriers, active, self._c.demand.waits_since(pool, since))
 
     async def _scale(self, namespace: str, name: str, replicas: int) -> None:
         await self._c.client.patch(

@@ -14,6 +14,7 @@ import pytest
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.leases import LeaseStore, NoMatch, ReportResult
+from egress_proxies.leases.pace import DEFAULT_PACE_START
 from tests.discovery.discovery_helpers import record
 from tests.leases.lease_stores import (
     RECORDS,
@@ -44,9 +45,9 @@ async def test_by_default_every_proxy_carries_every_target_once(store: LeaseStor
     assert refused(await store.acquire(candidates, "a.example", 60, held=4)) == NoMatch(
         considered=4, at_capacity=4, in_cooldown=0, unhealthy=0, retry_after=60.0
     )
-    assert all(lease.pace is not None and lease.pace.rate == 1.0 for lease in held), (
-        "holders of different targets do not split a pace"
-    )
+    assert all(
+        lease.pace is not None and lease.pace.rate == DEFAULT_PACE_START for lease in held
+    ), "holders of different targets do not split a pace"
 
 
 async def test_the_fewest_leases_for_the_target_win_then_the_fewest_in_all(
@@ -156,3 +157,23 @@ async def test_expiry_and_forgetting_free_a_proxys_targets(
     for target in ("a.example", "b.example"):
         assert granted(await store.acquire(candidates, target, 60)).proxy.name == "two"
     refused(await store.acquire(candidates, "c.example", 60))
+
+
+async def test_pair_counts_name_each_target_and_end_with_the_leases(
+    store: LeaseStore, clock: ManualClock
+) -> None:
+    candidates = pool(record("p0", max_leases=2), record("p1"))
+    first = granted(await store.acquire(candidates, "a.example", 30))
+    granted(await store.acquire(candidates, "a.example", 60))
+    granted(await store.acquire(candidates, "a.example", 60))
+    granted(await store.acquire(candidates, None, 60))
+    assert await store.pair_counts() == {
+        "crawl/p0": {"a.example": 2},
+        "crawl/p1": {"a.example": 1, None: 1},
+    }
+    assert first.proxy.name == "p0"
+    clock.advance(30)  # the first lease expires
+    assert await store.pair_counts() == {
+        "crawl/p0": {"a.example": 1},
+        "crawl/p1": {"a.example": 1, None: 1},
+    }

@@ -209,17 +209,39 @@ async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
     first = granted(await store.acquire(candidates, SITE, 60))
     second = granted(await store.acquire(candidates, SITE, 60))
     third = granted(await store.acquire(candidates, SITE, 60))
-    assert rate(await ok(store, first, 1)) == 2.0
-    assert rate(await ok(store, second, 1)) == 2.828427, "from where the fleet got"
-    assert rate(await ok(store, third, 6)) > 10.0
+    assert rate(await ok(store, first, 1)) == 2.0, "the first to report explores the site"
+    clock.advance(1.0)
+    assert rate(await ok(store, first, 2)) == 4.0, "the site accepted 2/s from it"
+    assert rate(await ok(store, second, 1)) == 2.0, "the others climb no higher than that"
+    assert rate(await ok(store, third, 6)) == 2.0
     clock.advance(0.5)
-    assert rate(await rate_limited(store, first, accepted=5)) == 1.8, "0.9: as counted"
+    assert rate(await rate_limited(store, first, accepted=5)) == 3.6, "0.9 of its 4: as counted"
     assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
-    assert rate(await ok(store, third, 1)) == 4.75, "above it: down to the cruise at once"
+    assert rate(await ok(store, third, 1)) == 4.75, "at once: no climb, no rate limit of its own"
     clock.advance(10.0)
     assert rate(await ok(store, second, 100)) == 4.75, "and cruises until the probe"
     clock.advance(25.0)
     assert rate(await ok(store, second, 5)) > 4.75, "then probes"
+
+
+async def test_a_stopped_explorer_frees_the_pairs_behind_it(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95)
+    candidates = pool(record("a"), record("b"))
+    first = granted(await store.acquire(candidates, SITE, 60))
+    second = granted(await store.acquire(candidates, SITE, 60))
+    assert rate(await ok(store, first, 1)) == 2.0
+    clock.advance(1.0)
+    assert rate(await ok(store, first, 2)) == 4.0
+    assert rate(await ok(store, second, 3)) == 2.0, "trailing at the 2/s the site accepted"
+    clock.advance(2.0)  # first raised nothing since: its crawler idles
+    assert rate(await ok(store, second, 2)) == 4.0, "second explores in its turn"
+    assert rate(await ok(store, second, 4)) == 8.0
+    assert rate(await ok(store, first, 8)) == 4.0, "and first trails it"
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, first, accepted=5)) == 3.6
+    assert rate(await ok(store, second, 1)) == 4.75, "above the limit found: to the cruise at once"
 
 
 async def test_a_rate_limit_lowers_it_once_per_hold(
@@ -257,14 +279,14 @@ async def test_the_pace_stays_between_floor_and_ceiling(
         await rate_limited(store, lease)
         clock.advance(1.0)
     assert rate(await rate_limited(store, lease)) == 0.5
-    clock.advance(30.0)
+    clock.advance(230.0)  # the probe: 100 requests at the 0.45/s limit (0.9 of 0.5)
     for _ in range(10):
         await ok(store, lease, 100)
     assert rate(await ok(store, lease, 100)) == 3.0
 
 
 async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
-    make_store: MakeStore,
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = paced(make_store, start=1.0, increase=0.5)
     candidates = pool(record("a"), record("b"))
@@ -272,7 +294,10 @@ async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
     await ok(store, first, 4)
     second = granted(await store.acquire(candidates, SITE, 60))
     assert second.proxy.key != first.proxy.key
-    assert rate(second.pace) == 16.0
+    assert rate(second.pace) == 1.0, "where the pair exploring the site at 16 was accepted"
+    clock.advance(2.0)
+    third = granted(await store.acquire(pool(record("c")), SITE, 60))
+    assert rate(third.pace) == 16.0, "the exploring stopped: where it got"
     other = granted(await store.acquire(pool(record("c")), "other.example", 60))
     assert rate(other.pace) == 1.0, "each target learns its own"
 
@@ -478,6 +503,25 @@ async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
             await admin.set(f"{base}tpace:{SITE}", f"2 {clock.time()}")
         assert rate(await ok(store, lease, 3)) == 6.0, "no limit: slow start"
         newcomer = granted(await store.acquire(pool(record("b")), SITE, 60))
-        assert rate(newcomer.pace) == 6.0
+        assert rate(newcomer.pace) == 1.0, (
+            "the start: the pair now exploring the site at 6 was not measured"
+        )
     finally:
         await store.close()
+
+
+async def test_a_slow_sites_probe_waits_for_a_hundred_requests_at_its_limit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    slow = granted(await store.acquire(pool(record("a")), SITE, 60))
+    fast = granted(await store.acquire(pool(record("b")), "fast.example", 60))
+    assert rate(await ok(store, slow, 1)) == 2.0
+    assert rate(await rate_limited(store, slow, accepted=1)) == 0.95, "its limit: 1/s"
+    assert rate(await ok(store, fast, 4)) == 16.0
+    assert rate(await rate_limited(store, fast, accepted=10)) == 9.5, "its limit: 10/s"
+    clock.advance(30.0)
+    assert rate(await ok(store, slow, 30)) == 0.95, "30 s at 1/s is 30 requests: no probe"
+    assert rate(await ok(store, fast, 10)) > 9.5, "300 requests at 10/s: probing at 30 s"
+    clock.advance(70.0)
+    assert rate(await ok(store, slow, 1)) > 0.95, "100 requests at 1/s: probing"

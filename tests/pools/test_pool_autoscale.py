@@ -1,4 +1,4 @@
-"""Demand autoscaling as a pure decision, and the demand book it reads."""
+"""Demand autoscaling as a pure decision, the demand it measures, and the demand book it reads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ import pytest
 
 from egress_proxies.clock import ManualClock
 from egress_proxies.pool_model import Autoscale, Demand
-from egress_proxies.pools.autoscale import AT_MAX, DOWN, UP, ScaleInput, decide
+from egress_proxies.pools.autoscale import (
+    AT_MAX,
+    DOWN,
+    UP,
+    Carrier,
+    ScaleInput,
+    decide,
+    pool_demand,
+    utilization_percent,
+)
 from egress_proxies.pools.demand import DemandBook
 from egress_proxies.values import proxy_key
 
@@ -35,10 +44,16 @@ def seen(
     low_use_since: float | None = None,
     now: float = 1000.0,
 ) -> ScaleInput:
-    """The autoscaler's input, its times in seconds since the epoch."""
+    """The autoscaler's input (`leases` all for one target), times in seconds since the epoch."""
+    demand = Demand(
+        active_leases=leases,
+        capacity=capacity,
+        busiest_target_leases=leases,
+        waiting_per_minute=waiting,
+    )
     return ScaleInput(
         replicas=replicas,
-        demand=Demand(active_leases=leases, capacity=capacity, waiting_per_minute=waiting),
+        demand=demand,
         busy=leases if busy is None else busy,
         settled=settled,
         low_use_since=None if low_use_since is None else at(low_use_since),
@@ -94,6 +109,64 @@ def test_no_demand_goes_back_to_min_replicas() -> None:
 
 def test_replicas_outside_the_bounds_are_brought_inside() -> None:
     assert decide(POLICY, seen(9, 0, 9)).replicas == 4
+
+
+def carriers(*leases: dict[str | None, int], max_leases: int = 1) -> list[Carrier]:
+    """Ready members with these leases per target, `maxLeases` each, no `maxTargets`."""
+    return [Carrier(max_leases, None, held) for held in leases]
+
+
+def on_demand(found: Demand, replicas: int = 4) -> ScaleInput:
+    return ScaleInput(replicas, found, busy=replicas, settled=True, low_use_since=None, now=at(0))
+
+
+def test_a_broad_crawl_holding_every_pair_is_at_full_utilization_not_above() -> None:
+    every_site: dict[str | None, int] = {"a": 1, "b": 1, "c": 1}
+    found = pool_demand(carriers(*[every_site] * 4), active_leases=12, waiting_per_minute=0)
+    assert (found.capacity, found.busiest_target_leases) == (4, 4)
+    assert utilization_percent(found) == 100.0
+    assert decide(POLICY.model_copy(update={"max_replicas": 8}), on_demand(found)).reason == UP
+
+
+def test_sites_spread_over_part_of_the_pool_leave_room_and_do_not_scale_up() -> None:
+    # Six leases on four proxies (150 % of their maxLeases), but each site holds two of
+    # four pairs: every one of them can still spread.
+    found = pool_demand(
+        carriers({"a": 1}, {"a": 1, "b": 1}, {"b": 1, "c": 1}, {"c": 1}),
+        active_leases=6,
+        waiting_per_minute=10,
+    )
+    assert (found.active_leases, found.busiest_target_leases) == (6, 2)
+    assert utilization_percent(found) == 50.0
+    decision = decide(POLICY.model_copy(update={"max_replicas": 8}), on_demand(found))
+    assert (decision.replicas, decision.reason) == (4, None), "waits at room are answered there"
+
+
+def test_shared_pairs_count_up_to_max_leases_and_leases_without_a_target_are_one_target() -> None:
+    found = pool_demand(
+        carriers({"a": 2, None: 1}, {"a": 1, None: 2}, {}, max_leases=2),
+        active_leases=6,
+        waiting_per_minute=0,
+    )
+    assert (found.capacity, found.busiest_target_leases) == (6, 3)
+    assert utilization_percent(found) == 50.0
+
+
+def test_exclusive_proxies_are_full_for_every_other_target() -> None:
+    # maxTargets 1, maxLeases 1: a proxy held for one site has no room for another, so
+    # utilization is leases ÷ proxies, as before capacity was per pair.
+    exclusive = [Carrier(1, 1, {site: 1}) for site in "abc"] + [Carrier(1, 1, {})]
+    found = pool_demand(exclusive, active_leases=3, waiting_per_minute=0)
+    assert (found.capacity, found.busiest_target_leases) == (4, 3)
+    assert utilization_percent(found) == 75.0
+    full = pool_demand([*exclusive[:3], Carrier(1, 1, {"d": 1})], 4, waiting_per_minute=2)
+    lenient = POLICY.model_copy(update={"target_utilization_percent": 100, "max_replicas": 8})
+    assert decide(lenient, on_demand(full)).reason == UP
+
+
+def test_no_leases_no_demand() -> None:
+    found = pool_demand(carriers({}, {}), active_leases=0, waiting_per_minute=0)
+    assert (found.capacity, found.busiest_target_leases, utilization_percent(found)) == (2, 0, 0)
 
 
 def test_demand_book_counts_within_a_window() -> None:

@@ -69,11 +69,14 @@ def pool(replicas: int) -> dict[str, Any]:
 
 
 async def one_round(
-    clock: ManualClock, members: Members, leases: Mapping[ProxyKey, int], replicas: int
+    clock: ManualClock,
+    members: Members,
+    leases: Mapping[ProxyKey, Mapping[str | None, int]],
+    replicas: int,
 ) -> RecordingClient:
     client = RecordingClient()
 
-    async def lease_counts() -> Mapping[ProxyKey, int]:
+    async def lease_counts() -> Mapping[ProxyKey, Mapping[str | None, int]]:
         return leases
 
     controller = PoolController(
@@ -109,7 +112,7 @@ async def test_a_leased_member_is_deleted_once_it_has_drained_for_the_longest_le
     members = Members(
         member("a", "2026-12-04T10:00:00Z"), member("old", "2026-12-04T10:00:00Z", since)
     )
-    leased = {proxy_key("crawl", "old"): 1}
+    leased: dict[ProxyKey, Mapping[str | None, int]] = {proxy_key("crawl", "old"): {"a.example": 1}}
     assert (await one_round(clock, members, leased, replicas=1)).deleted == []
     clock.advance(1)
     assert (await one_round(clock, members, leased, replicas=1)).deleted == [

@@ -110,7 +110,7 @@ class Operator:
             client, self.fleet, SystemClock(), namespaces=[namespace]
         )
 
-        async def no_leases() -> Mapping[ProxyKey, int]:
+        async def no_leases() -> Mapping[ProxyKey, Mapping[str | None, int]]:
             return {}
 
         self.controller = PoolController(

@@ -75,7 +75,7 @@ def pool(replicas: int) -> dict[str, Any]:
 
 
 def controller(server: Server, view: View, clock: ManualClock) -> PoolController:
-    async def no_leases() -> Mapping[ProxyKey, int]:
+    async def no_leases() -> Mapping[ProxyKey, Mapping[str | None, int]]:
         return {}
 
     return PoolController(

@@ -102,8 +102,9 @@ end
 -- The pace (leases/pace.py, the same algorithm). Keys under the base:
 --   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at
 --                         changed_at before|-" per target field
---   tpace:<target>  string "rate touched_at limit|- probe_at": where a proxy new to the
---                          target starts
+--   tpace:<target>  string "rate touched_at limit|- probe_at changed_at accepted": where a
+--                          proxy new to the target starts, when its rate last moved, and
+--                          the most requests/s its pairs in slow start had accepted
 --   tlease:<target> zset  active lease id -> expires at, per target
 --   pheld           hash  "<key>\n<f>" -> active leases on the pair
 --   want:<target>   string "held until": the leases held by the crawler last refused
@@ -113,6 +114,7 @@ end
 -- for `memory` reads as absent. Values written before limits were kept have four
 -- (pair) or two (target) fields: no limit, slow start.
 local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
+local PROBE_REQUESTS, EXPLORING = 100.0, 2.0
 local function pace_params(from)
   return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
     increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
@@ -133,6 +135,7 @@ local function learned_pace(key, target, now, P)
     local w = words(v)
     if tonumber(w[4]) + P.memory > now then
       return {rate = tonumber(w[1]), lowered = tonumber(w[2]), hold = tonumber(w[3]),
+        touched = tonumber(w[4]),
         limit = w[5] and tonumber(w[5]), probe = tonumber(w[6] or '0'),
         changed = tonumber(w[7] or '0'), before = w[8] and tonumber(w[8])}
     end
@@ -147,10 +150,28 @@ local function learned_pace(key, target, now, P)
         state.rate = tonumber(w[1])
         state.limit = w[3] and tonumber(w[3])
         state.probe = tonumber(w[4] or '0')
+        -- pace.py's `learned`: behind the target's explorer, if one is at it.
+        if state.limit == nil and now - tonumber(w[5] or '0') < EXPLORING then
+          state.rate = math.min(state.rate, math.max(P.start, tonumber(w[6] or '0')))
+        end
       end
     end
   end
   return state
+end
+
+-- pace.py's `trailing`: the most a pair in slow start may reach while another pair
+-- explores the target above it (one doubling below it), or nil.
+local function trailing(state, target, now, P)
+  if state.limit ~= nil or target == '' then return nil end
+  local t = redis.call('GET', B .. 'tpace:' .. target)
+  if not t then return nil end
+  local w = words(t)
+  local limit = w[3] and tonumber(w[3])
+  if tonumber(w[2]) + P.memory <= now or limit ~= nil then return nil end
+  local fleet = tonumber(w[1])
+  if now - tonumber(w[5] or '0') >= EXPLORING or state.rate >= fleet then return nil end
+  return math.max(state.rate, tonumber(w[6] or '0'))
 end
 
 -- {learned rate, lowered at|"", holders of the pair, leases on the target,
@@ -181,13 +202,14 @@ local function change(state, rate, now)
 end
 
 -- pace.py's `raised`: the new rate after `count` accepted requests, or nil (unchanged).
-local function raised_rate(state, count, now, P, cap)
+local function raised_rate(state, count, now, P, cap, trail)
   if now < state.hold or state.rate >= cap then return nil end
   local seconds = math.min(count / state.rate, MOST_SECONDS)
   local doubled = state.rate * GROWTH ^ seconds
   local rate
   if state.limit == nil then
     rate = doubled
+    if trail ~= nil then rate = math.min(doubled, trail) end
   elseif state.rate < P.cruise * state.limit then
     rate = math.min(P.cruise * state.limit, doubled)
   elseif now >= state.probe then
@@ -225,11 +247,11 @@ local function lower(state, now, P, retry_after, accepted)
   change(state, math.max(P.floor, new_rate), now)
   state.lowered = now
   state.hold = now + math.max(P.settle, retry_after or 0)
-  state.probe = now + P.probe_after
+  state.probe = now + math.max(P.probe_after, PROBE_REQUESTS / state.limit)
 end
 
 -- pace.py's `adopted`: a pair in slow start takes the limit the fleet found for its
--- target, and drops to cruise below it if it is above.
+-- target, and goes to the cruise below it (from above or below).
 local function adopt(state, target, now, P)
   if state.limit ~= nil or target == '' then return end
   local t = redis.call('GET', B .. 'tpace:' .. target)
@@ -239,14 +261,21 @@ local function adopt(state, target, now, P)
   if limit == nil or tonumber(w[2]) + P.memory <= now then return end
   state.limit, state.probe = limit, tonumber(w[4] or '0')
   local cruise = math.max(P.floor, P.cruise * state.limit)
-  if state.rate > cruise then change(state, cruise, now) end
+  if state.rate ~= cruise then change(state, cruise, now) end
 end
 
 -- Apply a report to the pair's pace: ok (count accepted requests) or a rate limit.
 local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after,
     accepted)
   local state = learned_pace(key, target, now, P)
+  -- What the site accepted since the pair's previous report, in slow start.
+  local measured = 0
+  if state.touched ~= nil and not rate_limited and state.limit == nil
+      and now - state.touched >= SITE_WINDOW then
+    measured = count / (now - state.touched)
+  end
   adopt(state, target, now, P)
+  local trail = trailing(state, target, now, P)
   local changed = false
   if rate_limited then
     if now >= state.hold then
@@ -254,7 +283,7 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
       changed = true
     end
   else
-    local rate = raised_rate(state, count, now, P, cap)
+    local rate = raised_rate(state, count, now, P, cap, trail)
     if rate then
       change(state, rate, now)
       changed = true
@@ -268,7 +297,7 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
   redis.call('PEXPIRE', hash, math.ceil(P.memory * 1000))
   if changed and target ~= '' then
     local tkey = B .. 'tpace:' .. target
-    local rate, limit, probe = state.rate, nil, 0
+    local rate, limit, probe, moved, most = state.rate, nil, 0, now, measured
     if rate_limited then limit, probe = state.limit, state.probe end
     local t = redis.call('GET', tkey)
     if t then
@@ -276,14 +305,15 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
       local known = tonumber(w[1])
       if tonumber(w[2]) + P.memory > now then
         if not (rate_limited and rate < known or not rate_limited and rate > known) then
-          rate = known
+          rate, moved = known, tonumber(w[5] or '0')
         end
+        most = math.max(most, tonumber(w[6] or '0'))
         if not rate_limited then
           limit, probe = w[3] and tonumber(w[3]), tonumber(w[4] or '0')
         end
       end
     end
     redis.call('SET', tkey, fmt(rate) .. ' ' .. fmt(now) .. ' ' .. or_dash(limit) .. ' ' ..
-      fmt(probe), 'PX', math.ceil(P.memory * 1000))
+      fmt(probe) .. ' ' .. fmt(moved) .. ' ' .. fmt(most), 'PX', math.ceil(P.memory * 1000))
   end
 end
