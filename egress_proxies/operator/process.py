@@ -306,7 +306,7 @@ class Operator:
                 self.fleet,
                 functools.partial(self.watches.synced, PROXIES_WATCH),
                 self.bell.ringer(Reason.TAKEOVER),
-                self.writer.forget_written,
+                self.writer.reread_written,
                 self.clock,
             )
             if self.peering

@@ -15,7 +15,7 @@ own watch of the Proxies has listed them all: never on a partial view.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from egress_proxies.catalog.fleet import Fleet
@@ -48,7 +48,7 @@ class Takeover:
         fleet: Fleet,
         synced: Callable[[], bool],
         ring: Ring,
-        forget_written: Callable[[], None],
+        reread_written: Callable[[], Awaitable[None]],
         clock: Clock,
         interval: float = PAUSE_CHECK_SECONDS,
     ) -> None:
@@ -56,7 +56,7 @@ class Takeover:
         self._fleet = fleet
         self._synced = synced
         self._ring = ring
-        self._forget_written = forget_written
+        self._reread_written = reread_written
         self._clock = clock
         self._interval = interval
         self._at_work = False
@@ -90,7 +90,7 @@ class Takeover:
             return []
         why = "a peer joined: " + ", ".join(sorted(joined)) if self._at_work else "started work"
         self._at_work = True
-        self._forget_written()
+        await self._reread_written()
         proxies = unsettled(self._fleet.proxies())
         logger.info("%s; looking again at %d unsettled Proxies", why, len(proxies))
         stamp = f"{me} {self._clock.utcnow().isoformat()}"

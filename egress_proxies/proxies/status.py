@@ -20,7 +20,7 @@ from typing import Any
 from egress_proxies.catalog import ProxyKey, proxy_key
 from egress_proxies.clock import Clock, SystemClock, k8s_time
 from egress_proxies.events import EventSink, Regarding
-from egress_proxies.kube import NotFoundError
+from egress_proxies.kube import KubeApiError, NotFoundError
 from egress_proxies.kube.resources import PROXIES
 from egress_proxies.model import GROUP, KIND, VERSION, ProxyStatus, compute_phase
 from egress_proxies.proxies.lifecycle import lifecycle_events
@@ -110,12 +110,26 @@ class StatusWriter:
         self._written.pop(key, None)
         self._locks.pop(key, None)
 
-    def forget_written(self) -> None:
-        """Read each Proxy's status from its body again: another replica may have written since.
+    async def reread_written(self) -> None:
+        """Take each Proxy's status from the API again: another replica may have written since.
 
-        Called when this replica starts work after others may have (`operator/takeover.py`).
+        Called when this replica starts work after others may have
+        (`operator/takeover.py`). The API's status, not the body kopf holds:
+        kopf's body may predate this replica's own last write, and a status
+        built on it would undo fields written since (a lost `credentialsSecret`
+        leaves a Proxy probed without credentials for good). A Proxy the read
+        fails for is read from its next body, as one never written.
         """
-        self._written.clear()
+        for key in list(self._written):
+            namespace, name = key.split("/", 1)
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                try:
+                    body = await self._client.get(PROXIES.path(namespace, name))
+                except (KubeApiError, OSError):  # TransportError is an OSError
+                    self._written.pop(key, None)
+                    continue
+                uid = body["metadata"]["uid"]
+                self._written[key] = (uid, status_of(body).model_dump_json(by_alias=True).encode())
 
     async def _patch(self, namespace: str, name: str, status: ProxyStatus) -> bool:
         """Write the whole status; False when the Proxy is gone."""

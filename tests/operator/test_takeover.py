@@ -60,7 +60,7 @@ class World:
         assert value.startswith(ME)
         self.rung.append((namespace, name))
 
-    def forget(self) -> None:
+    async def forget(self) -> None:
         self.forgotten += 1
 
     def put(self, *bodies: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.events import Regarding
+from egress_proxies.kube import TransportError
 from egress_proxies.model import (
     HEALTHY,
     PROVISIONED,
@@ -181,3 +182,59 @@ async def test_draining_makes_it_not_ready_without_another_writer() -> None:
     ready = find_condition(written.conditions, READY)
     assert ready is not None and (ready.status, ready.reason) == (ConditionStatus.FALSE, "Draining")
     assert len(api.patches) == 2
+
+
+class StatusApi(PatchRecorder):
+    """Answers GETs with the Proxy's status as the API server holds it, or fails them."""
+
+    def __init__(self, status: Mapping[str, Any] | None, uid: str = "uid-1") -> None:
+        super().__init__()
+        self.status = status
+        self.uid = uid
+
+    async def get(self, path: str) -> Mapping[str, Any]:
+        if self.status is None:
+            raise TransportError("connection refused")
+        return proxy(self.uid, self.status)
+
+
+def set_secret(name: str) -> Any:
+    return lambda status: status.model_copy(update={"credentials_secret": name})
+
+
+async def test_a_replica_starting_work_keeps_its_own_newer_write_over_a_stale_body() -> None:
+    # The restart race: this replica wrote credentialsSecret; kopf still hands
+    # it a body from before that write when the health engine writes next.
+    api = StatusApi({"credentialsSecret": "proxy-p1-credentials", "stack": "crawl.p1"})
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
+    await writer.update(proxy("uid-1"), set_secret("proxy-p1-credentials"))
+
+    await writer.reread_written()
+    written = await writer.update(
+        proxy("uid-1"), lambda status: healthy(status, ConditionStatus.FALSE)
+    )
+
+    assert written.credentials_secret == "proxy-p1-credentials"
+    assert api.patches[-1][1]["status"]["credentialsSecret"] == "proxy-p1-credentials"
+
+
+async def test_a_replica_starting_work_builds_on_what_another_replica_wrote_meanwhile() -> None:
+    api = StatusApi(None)
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
+    await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
+    api.status = {"stack": "crawl.p1", "ip": "10.0.0.9", "port": 3128}  # the other replica's
+
+    await writer.reread_written()
+
+    latest = writer.latest("crawl", "p1", "uid-1")
+    assert latest is not None and latest.ip == "10.0.0.9"
+
+
+async def test_a_failed_reread_falls_back_to_the_next_body() -> None:
+    api = StatusApi(None)
+    writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
+    await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
+
+    await writer.reread_written()
+
+    assert writer.latest("crawl", "p1", "uid-1") is None
