@@ -28,8 +28,8 @@ demo-down: venv
 		$(PY) -m egress_proxies.cli dev-cluster down --state-dir $$state; \
 	done
 
-# Two workers: the dev cluster's tests in one, every other test in the other
-# (tests/conftest.py groups them; docs/development.md).
+# Two workers, each with its own dev cluster and a balanced share of its modules,
+# the rest shared (harness/workers.py; docs/development.md).
 PYTEST_WORKERS ?= 2
 
 test: venv tools lint typecheck

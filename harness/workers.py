@@ -1,12 +1,16 @@
-"""The suite in pytest-xdist workers: the dev cluster's modules in one worker, the rest beside it.
+"""The suite in pytest-xdist workers, each with a dev cluster of its own and a share of its modules.
 
 `make test` runs `pytest -n 2 --dist loadscope`. Each test module is one unit
 of work, so its module-scoped fixtures start once, as with xdist's own
-`loadscope`; and every module with a test on the session's dev cluster
-(`dev_cluster` in its fixture closure) is one unit together, so a single
-worker starts the one cluster and runs those modules in collection order while
-the other worker takes the modules that need no cluster (unit, client,
-loopback integration, and the deploy tests that start a cluster of their own).
+`loadscope`. The modules with a test on the session's dev cluster
+(`dev_cluster` in a test's fixture closure) are split into one group per
+worker, balanced by the seconds each module took in a measured run
+(`durations.json`, refreshed with `python -m harness.workers JUNIT_XML`; a
+module it does not know counts `DEFAULT_SECONDS`). Worker N takes group N
+first and starts its cluster for it, then the two workers share the modules
+that need no cluster (unit, client, loopback integration, and the deploy tests
+that start a cluster of their own). Tests on one cluster run one at a time, in
+collection order, as in a serial run.
 
 xdist's `--dist loadgroup` would do the grouping from `xdist_group` marks, but
 it carries the group in the node id, which pytest 9 no longer lets a plugin
@@ -22,9 +26,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from xdist.remote import Producer
@@ -32,6 +38,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 GROUPS_VARIABLE = "EGRESS_PROXIES_TEST_GROUPS"
 CLUSTER_GROUP = "dev-cluster"
+DURATIONS = Path(__file__).with_name("durations.json")
+DEFAULT_SECONDS = 20.0
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -74,31 +82,86 @@ def _fixtures(item: pytest.Item) -> tuple[str, ...]:
     return tuple(getattr(item, "fixturenames", ()))
 
 
+def split(modules: Iterable[str], seconds: Mapping[str, float], groups: int) -> dict[str, int]:
+    """Each module's group (0 .. groups-1): the longest first, each to the lightest group so far."""
+    load = [0.0] * groups
+    chosen = {}
+    for module in sorted(modules, key=lambda m: (-seconds.get(m, DEFAULT_SECONDS), m)):
+        group = min(range(groups), key=lambda index: (load[index], index))
+        chosen[module] = group
+        load[group] += seconds.get(module, DEFAULT_SECONDS)
+    return chosen
+
+
+def measured_seconds() -> dict[str, float]:
+    """The seconds per module of the last measured run (`durations.json`); empty if none."""
+    try:
+        loaded = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(module): float(value) for module, value in loaded.items()}
+
+
 # xdist ships no py.typed, so to mypy its scheduler is Any.
 class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
-    """`loadscope` by module, with every module on the dev cluster in one unit of work."""
+    """`loadscope` by module; the dev cluster's modules in one group per worker, taken first."""
 
     def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
         super().__init__(config, log)
-        self._cluster_modules: frozenset[str] | None = None
+        self._groups: dict[str, int] | None = None
 
     def __repr__(self) -> str:
-        known = "unread" if self._cluster_modules is None else len(self._cluster_modules)
+        known = "unread" if self._groups is None else len(self._groups)
         return f"<ClusterScheduling [cluster modules: {known}]>"
 
     def _split_scope(self, nodeid: str) -> str:
         module = module_of(nodeid)
-        return CLUSTER_GROUP if module in self.cluster_modules() else module
+        group = self.cluster_groups().get(module)
+        return module if group is None else f"{CLUSTER_GROUP}-{group}"
 
-    def cluster_modules(self) -> frozenset[str]:
-        """The modules the workers found on the dev cluster (read once, after collection)."""
-        if self._cluster_modules is None:
+    def _assign_work_unit(self, node: object) -> None:
+        own = f"{CLUSTER_GROUP}-{self.nodes.index(node)}"
+        if own in self.workqueue:
+            self.workqueue.move_to_end(own, last=False)
+        super()._assign_work_unit(node)
+
+    def cluster_groups(self) -> dict[str, int]:
+        """The dev cluster's modules, each with its group (read once, after collection)."""
+        if self._groups is None:
             directory = Path(os.environ.get(GROUPS_VARIABLE, "/nonexistent"))
             found: set[str] = set()
             for path in sorted(directory.glob("*.json")):
                 found.update(json.loads(path.read_text()))
-            self._cluster_modules = frozenset(found)
-        return self._cluster_modules
+            self._groups = split(found, measured_seconds(), max(1, len(self.nodes)))
+        return self._groups
+
+
+def module_seconds(junit_xml: Path) -> dict[str, float]:
+    """Seconds per test module from a JUnit XML report; a failed test counts its module's median."""
+    times: dict[str, list[tuple[float, bool]]] = {}
+    # The report is pytest's own, written on this machine.
+    for case in ElementTree.parse(junit_xml).iter("testcase"):  # noqa: S314
+        module = str(case.get("classname", "")).replace(".", "/") + ".py"
+        failed = case.find("failure") is not None or case.find("error") is not None
+        times.setdefault(module, []).append((float(case.get("time", 0)), failed))
+    totals: dict[str, float] = {}
+    for module, cases in times.items():
+        passed = sorted(seconds for seconds, failed in cases if not failed)
+        median = passed[len(passed) // 2] if passed else DEFAULT_SECONDS
+        totals[module] = round(sum(median if failed else s for s, failed in cases), 1)
+    return dict(sorted(totals.items()))
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m harness.workers JUNIT_XML`: write `durations.json` from a run's report."""
+    if len(argv) != 1:
+        print(
+            "usage: python -m harness.workers JUNIT_XML  (pytest --junitxml=...)", file=sys.stderr
+        )
+        return 2
+    DURATIONS.write_text(json.dumps(module_seconds(Path(argv[0])), indent=0) + "\n")
+    print(f"wrote {DURATIONS}")
+    return 0
 
 
 def make_scheduler(config: pytest.Config, log: Producer) -> ClusterScheduling | None:
@@ -106,3 +169,7 @@ def make_scheduler(config: pytest.Config, log: Producer) -> ClusterScheduling | 
     if config.getoption("dist", "no") != "loadscope":
         return None
     return ClusterScheduling(config, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -58,8 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers.record_cluster_modules(config, items)
 
 
-# `make test` runs the suite in two pytest-xdist workers: the dev cluster's
-# modules in one, the others beside it (harness/workers.py).
+# `make test` runs the suite in two pytest-xdist workers, each with a dev
+# cluster of its own and a share of its modules (harness/workers.py).
 def pytest_configure(config: pytest.Config) -> None:
     workers.start_controller(config)
 

@@ -264,7 +264,8 @@ def test_a_viewer_sees_no_clear_button_and_a_forged_clear_is_refused(
     assert forged.status_code == 403
     assert forged.json()["error"] == "forbidden"
     assert site.events.events == []
-    assert cell(browser, pair, "kind") == "banned"
+    # The page redraws its table on each poll: read the cell once it is drawn again.
+    wait_until(browser, lambda b: cell(b, pair, "kind") == "banned")
 
 
 def test_the_leases_view_names_each_leases_token_never_the_token(
