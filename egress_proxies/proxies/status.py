@@ -117,16 +117,20 @@ class StatusWriter:
         (`operator/takeover.py`). The API's status, not the body kopf holds:
         kopf's body may predate this replica's own last write, and a status
         built on it would undo fields written since (a lost `credentialsSecret`
-        leaves a Proxy probed without credentials for good). A Proxy the read
-        fails for is read from its next body, as one never written.
+        leaves a Proxy probed without credentials for good). A Proxy gone from
+        the API is forgotten; one the read fails for keeps what this replica
+        wrote, the newest it knows.
         """
         for key in list(self._written):
             namespace, name = key.split("/", 1)
             async with self._locks.setdefault(key, asyncio.Lock()):
                 try:
                     body = await self._client.get(PROXIES.path(namespace, name))
-                except (KubeApiError, OSError):  # TransportError is an OSError
+                except NotFoundError:
                     self._written.pop(key, None)
+                    continue
+                except (KubeApiError, OSError) as error:  # TransportError is an OSError
+                    logger.warning("status of %s not read again: %s", key, error)
                     continue
                 uid = body["metadata"]["uid"]
                 self._written[key] = (uid, status_of(body).model_dump_json(by_alias=True).encode())

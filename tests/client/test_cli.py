@@ -69,7 +69,7 @@ def test_run_hands_cmd_the_lease_s_pace(served: Served, tmp_path: Path) -> None:
     script = f'printf "%s %s" "$EGRESS_PROXIES_PACE_RPS" "$EGRESS_PROXIES_PACE_BURST" > {seen}'
     done = cli(served, "run", "-t", "t.example", "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
-    assert seen.read_text() == "1 1", "the server's default start pace"
+    assert seen.read_text() == "0.5 1", "the server's default start pace"
 
 
 def test_run_reports_by_exit_status_with_a_configurable_mapping(served: Served) -> None:

@@ -145,7 +145,7 @@ def test_ok_counts_are_reported_in_batches() -> None:
 
 def test_a_due_batch_goes_after_the_interval() -> None:
     with (
-        serve_in_thread(record("a")) as served,
+        serve_in_thread(record("a"), pace=PaceLimits(start=1.0)) as served,
         sync_pool(served, report_batch=1000, report_interval=1.0) as pool,
     ):
         lease = pool.acquire(target=SITE)

@@ -54,6 +54,11 @@ async def kopf_starting(operators: list[OperatorProcess], times: int) -> None:
     await wait_for(both, timeout=120, interval=0.02)
 
 
+# A known bug, not fixed (issue 43): a replica whose gate read comes before the
+# other's first keep-alive can still act in kopf's startup window, and one run
+# in two on a loaded machine leaves a Proxy unprovisioned for minutes. Kept
+# running so the day it always passes shows as XPASS.
+@pytest.mark.xfail(reason="two replicas started together can still strand a Proxy (issue 43)")
 async def test_replicas_started_together_provision_every_proxy(
     kube: KubeClient,
     dev_cluster: ClusterHandle,

@@ -230,11 +230,12 @@ async def test_a_replica_starting_work_builds_on_what_another_replica_wrote_mean
     assert latest is not None and latest.ip == "10.0.0.9"
 
 
-async def test_a_failed_reread_falls_back_to_the_next_body() -> None:
+async def test_a_failed_reread_keeps_what_this_replica_wrote() -> None:
     api = StatusApi(None)
     writer = StatusWriter(api, EventList())  # type: ignore[arg-type]
-    await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
+    await writer.update(proxy("uid-1"), set_secret("proxy-p1-credentials"))
 
     await writer.reread_written()
+    written = await writer.update(proxy("uid-1"), set_stack("crawl.p1"))
 
-    assert writer.latest("crawl", "p1", "uid-1") is None
+    assert written.credentials_secret == "proxy-p1-credentials"
