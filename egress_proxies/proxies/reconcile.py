@@ -48,6 +48,7 @@ from egress_proxies.proxies.credentials import credentials_secret_name
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass, summarize_error
+from egress_proxies.stacks.naming import stack_name
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, SPEC_HASH_ANNOTATION
 
 QUOTA_RETRY_SECONDS = 300.0
@@ -468,12 +469,21 @@ def after_failure(
 def _with_outputs(
     view: ProxyView, outputs: Mapping[str, Any], now: datetime.datetime
 ) -> ProxyStatus:
+    """The status a stack's outputs give, with the stack and credentials Secret it names.
+
+    Both names follow from the Proxy alone, so a stack whose `up` finished
+    after its handler was cancelled (an operator stopped mid-`up`) is adopted
+    with them too: without the Secret's name the health probes would go
+    without credentials and get 407 for ever.
+    """
     ip, port = outputs.get(stack_outputs.IP), outputs.get(stack_outputs.PORT)
     status = view.status.model_copy(
         update={
             "ip": ip,
             "port": int(port) if port is not None else None,
             "instance_id": outputs.get(stack_outputs.INSTANCE_ID),
+            "stack": stack_name(view.namespace, view.name),
+            "credentials_secret": credentials_secret_name(view.uid),
         }
     )
     if ip:

@@ -17,6 +17,7 @@ from egress_proxies.model import (
     find_condition,
 )
 from egress_proxies.proxies import reconcile as machine
+from egress_proxies.proxies.credentials import credentials_secret_name
 from egress_proxies.proxies.reconcile import Action, Observed, ProxyView, decide, spec_hash
 from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass
@@ -84,6 +85,13 @@ def test_a_stack_that_matches_is_adopted_without_running_pulumi() -> None:
     assert decision.status.ip == "127.9.0.2"
     assert decision.status.port == 3128
     assert provisioned(decision.status) == ("True", machine.CREATED)
+
+
+def test_a_stack_finished_after_its_handler_was_cancelled_is_adopted_with_its_names() -> None:
+    """An operator stopped mid-`up` wrote no status; the next one takes the names from the Proxy."""
+    decision = decide(view(), Observed(stack=stack(current_outputs())), NOW)
+    assert decision.status.stack == "crawl.p1"
+    assert decision.status.credentials_secret == credentials_secret_name("uid-1")
 
 
 def test_an_unchanged_proxy_needs_nothing() -> None:
