@@ -49,6 +49,12 @@ class PostgresServer(ManagedProcess):
     is a temporary directory that `close` removes.
     """
 
+    # A fast shutdown: PostgreSQL ends every session and exits once they are gone. Its
+    # backends lead process groups of their own, so a SIGKILL of the postmaster's group
+    # would leave them serving open connections for a while.
+    graceful_stop: float | None = 30.0
+    stop_signal = signal.SIGINT
+
     def __init__(
         self,
         *,

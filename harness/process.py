@@ -3,7 +3,7 @@ discovery replicas.
 
 A `ManagedProcess` holds the running `Child` (or None) and knows how to end
 it: at once (SIGKILL of its process group: tests want a proxy or a store
-gone, not a clean shutdown) or gracefully (SIGTERM, then wait
+gone, not a clean shutdown) or gracefully (`stop_signal`, then wait
 `graceful_stop` seconds, for a process under test whose shutdown matters).
 It can be paused and resumed (SIGSTOP / SIGCONT of the group: the kernel
 still accepts connections, nobody answers) and started again under the same
@@ -30,8 +30,9 @@ class ManagedProcess:
 
     child: Child | None = None
     log: Path
-    # Seconds a SIGTERM'd process gets before its group is killed; None: SIGKILL at once.
+    # Seconds a signalled process gets before its group is killed; None: SIGKILL at once.
     graceful_stop: float | None = None
+    stop_signal: signal.Signals = signal.SIGTERM  # what a graceful stop sends
 
     @property
     def pid(self) -> int:
@@ -73,7 +74,7 @@ class ManagedProcess:
             child.process.wait(timeout=10)
             child.pid_file.unlink(missing_ok=True)
         elif child.alive():
-            os.kill(child.process.pid, signal.SIGTERM)
+            os.kill(child.process.pid, self.stop_signal)
             try:
                 child.process.wait(timeout=self.graceful_stop)
             finally:
