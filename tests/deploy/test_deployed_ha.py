@@ -40,6 +40,7 @@ from harness.ha import (
     pair_whole,
     stack_operations,
 )
+from harness.lease_holder import LeaseHolder
 from harness.operator import managed_proxy, proxy_path, wait_for_condition
 from harness.origins import Origin, serve_origin
 from harness.postgres import PostgresServer
@@ -103,18 +104,15 @@ async def crawl_namespace(deployed: Deployed, own_cluster: ClusterHandle, origin
     return namespace
 
 
-class Crawler:
+class Crawler(LeaseHolder):
     """Leases and renews through one URL (the Service), recording every answer."""
 
     def __init__(self, session: aiohttp.ClientSession, url: str, token: str) -> None:
+        super().__init__(POOL, held=HELD, pace_seconds=CRAWL_PACE_SECONDS)
         self._session = session
         self._url = url
         self._headers = {"Authorization": f"Bearer {token}"}
-        self.statuses: list[int] = []
-        self.renewals: list[int] = []
         self.unanswered = 0  # connections refused or dropped by a replica going away
-        self.leases: list[str] = []  # every lease granted
-        self.held: list[str] = []  # the leases held now
 
     async def _call(
         self, method: str, path: str, body: dict[str, Any] | None = None
@@ -128,30 +126,6 @@ class Crawler:
         except (aiohttp.ClientError, TimeoutError):
             self.unanswered += 1
             return None
-
-    async def crawl(self, stop: asyncio.Event) -> None:
-        """Hold up to HELD leases: renew them, and end the oldest and lease anew, until `stop`."""
-        while not stop.is_set():
-            if len(self.held) >= HELD:
-                ended = await self._call("DELETE", f"/v1/leases/{self.held[0]}")
-                if ended is not None:
-                    self.statuses.append(ended[0])
-                    self.held.pop(0)
-            lease = {"selector": {"pool": POOL}, "ttlSeconds": 120, "target": "example.com"}
-            answered = await self._call("POST", "/v1/leases", lease)
-            if answered is not None:
-                status, body = answered
-                self.statuses.append(status)
-                if status == 201:
-                    self.held.append(body["leaseId"])
-                    self.leases.append(body["leaseId"])
-            for lease_id in self.held:
-                renewed = await self._call(
-                    "POST", f"/v1/leases/{lease_id}/renew", {"ttlSeconds": 120}
-                )
-                if renewed is not None:
-                    self.renewals.append(renewed[0])
-            await asyncio.sleep(CRAWL_PACE_SECONDS)
 
 
 def service_url(deployed: Deployed) -> str:
@@ -240,13 +214,9 @@ async def test_the_standby_completes_a_proxy_created_as_the_active_pod_is_delete
     (standby,) = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != active]
     started = time.monotonic()
     await own_kube.delete(PODS.path(NAMESPACE, active), grace_seconds=0)
-    await own_kube.create(
-        proxy_path(crawl_namespace), managed_proxy("after-delete", healthCheck=_health(origin))
+    await _completed_by_the_standby(
+        own_kube, crawl_namespace, origin, "after-delete", "pod deleted (grace 0)", started
     )
-    await wait_for_condition(
-        own_kube, crawl_namespace, "after-delete", "Provisioned", "True", timeout=240
-    )
-    _print_takeover("pod deleted (grace 0)", time.monotonic() - started)
     assert await active_replica(own_kube) == standby
     replaced = {p["metadata"]["name"] for p in await pair_whole(own_kube)}
     assert active not in replaced and standby in replaced
@@ -266,13 +236,14 @@ async def test_the_standby_completes_a_proxy_created_as_the_active_operator_is_s
     restarts = pod["status"]["containerStatuses"][0]["restartCount"]
     started = time.monotonic()
     kill_operator_process(pod)
-    await own_kube.create(
-        proxy_path(crawl_namespace), managed_proxy("after-kill", healthCheck=_health(origin))
+    await _completed_by_the_standby(
+        own_kube,
+        crawl_namespace,
+        origin,
+        "after-kill",
+        "operator SIGKILLed in its container",
+        started,
     )
-    await wait_for_condition(
-        own_kube, crawl_namespace, "after-kill", "Provisioned", "True", timeout=240
-    )
-    _print_takeover("operator SIGKILLed in its container", time.monotonic() - started)
     assert await active_replica(own_kube) == standby
     # The killed container came back in the same pod, as the standby.
     again = {p["metadata"]["name"]: p for p in await pair_whole(own_kube)}
@@ -290,10 +261,15 @@ async def test_the_standby_completes_a_proxy_created_as_the_active_operator_is_s
     assert names <= set(state.stacks())
 
 
-def _print_takeover(crash: str, seconds: float) -> None:
+async def _completed_by_the_standby(
+    kube: KubeClient, namespace: str, origin: Origin, name: str, crash: str, started: float
+) -> None:
+    """Create Proxy `name` right after a crash; wait until it is provisioned; print how long."""
+    await kube.create(proxy_path(namespace), managed_proxy(name, healthCheck=_health(origin)))
+    await wait_for_condition(kube, namespace, name, "Provisioned", "True", timeout=240)
     print(
-        f"takeover, {crash}: create -> Provisioned by the standby in {seconds:.1f} s "
-        f"(peering lifetime {PEERING_LIFETIME} s)"
+        f"takeover, {crash}: create -> Provisioned by the standby in "
+        f"{time.monotonic() - started:.1f} s (peering lifetime {PEERING_LIFETIME} s)"
     )
 
 

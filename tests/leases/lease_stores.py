@@ -1,8 +1,9 @@
 """The lease stores under test: memory, or Redis on the session's real redis-server.
 
-A suite's `make_store` fixture, parametrised over STORE_KINDS, enters
-`store_maker`: stores of that kind on the test's virtual clock, so one suite
-proves both stores keep one semantics.
+The `make_store` fixture, parametrised over STORE_KINDS, enters
+`store_maker`: stores of that kind on the test's virtual `clock`, so one
+suite proves both stores keep one semantics. A conftest or test module
+imports both fixtures to use them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from egress_proxies.leases import (
     RedisLeaseStore,
 )
 from harness.redis import RedisServer
+from tests.discovery.discovery_helpers import virtual_clock
 
 MakeStore = Callable[..., LeaseStore]
 # Every record a test put in a pool, by key: the catalog the Redis store resolves leases in.
@@ -32,6 +34,19 @@ RECORDS: dict[ProxyKey, ProxyRecord] = {}
 
 
 STORE_KINDS = ("memory", "redis")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return virtual_clock()
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def make_store(
+    request: pytest.FixtureRequest, clock: ManualClock
+) -> AsyncIterator[MakeStore]:
+    async with store_maker(request, clock) as make:
+        yield make
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ import pytest
 from egress_proxies.kube import KubeClient
 from harness.census import ProxyCensus
 from harness.cluster import ClusterHandle, wait_for
+from harness.lease_holder import LeaseHolder
 from harness.operator import OperatorProcess, new_operator
 from harness.origins import Origin, serve_origin
 from harness.postgres import PostgresServer
@@ -41,16 +42,13 @@ async def origin() -> AsyncIterator[Origin]:
         yield served
 
 
-class Crawler:
+class Crawler(LeaseHolder):
     """Leases and renews through whichever replica answers /readyz; records every status."""
 
     def __init__(self, session: aiohttp.ClientSession, replicas: list[OperatorProcess]) -> None:
+        super().__init__(POOL, held=HELD, pace_seconds=CRAWL_PACE_SECONDS)
         self._session = session
         self._replicas = replicas
-        self.statuses: list[int] = []
-        self.renewals: list[int] = []
-        self.leases: list[str] = []  # every lease granted
-        self.held: list[str] = []  # the leases held now
 
     async def _ready(self) -> OperatorProcess | None:
         for replica in self._replicas:
@@ -75,30 +73,6 @@ class Crawler:
                 return response.status, answer
         except aiohttp.ClientError:
             return None  # the replica went away between /readyz and the request
-
-    async def crawl(self, stop: asyncio.Event) -> None:
-        """Hold up to HELD leases: renew them, and end the oldest and lease anew, until `stop`."""
-        while not stop.is_set():
-            if len(self.held) >= HELD:
-                ended = await self._call("DELETE", f"/v1/leases/{self.held[0]}")
-                if ended is not None:
-                    self.statuses.append(ended[0])
-                    self.held.pop(0)
-            lease = {"selector": {"pool": POOL}, "ttlSeconds": 120, "target": "example.com"}
-            answered = await self._call("POST", "/v1/leases", lease)
-            if answered is not None:
-                status, body = answered
-                self.statuses.append(status)
-                if status == 201:
-                    self.held.append(body["leaseId"])
-                    self.leases.append(body["leaseId"])
-            for lease_id in self.held:
-                renewed = await self._call(
-                    "POST", f"/v1/leases/{lease_id}/renew", {"ttlSeconds": 120}
-                )
-                if renewed is not None:
-                    self.renewals.append(renewed[0])
-            await asyncio.sleep(CRAWL_PACE_SECONDS)
 
 
 async def ready(operator: OperatorProcess) -> None:

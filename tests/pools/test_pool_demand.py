@@ -7,7 +7,7 @@ new store object on the same prefix stands for the restarted operator's.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
@@ -19,8 +19,8 @@ from egress_proxies.leases import LeaseStore, RedisLeaseStore
 from egress_proxies.pool_model import template_hash
 from egress_proxies.pools import DemandBook, PoolComponents, PoolController
 from egress_proxies.vocabulary import TEMPLATE_HASH_LABEL
-from tests.discovery.discovery_helpers import record, virtual_clock
-from tests.leases.lease_stores import STORE_KINDS, MakeStore, granted, pool, store_maker
+from tests.discovery.discovery_helpers import record
+from tests.leases.lease_stores import MakeStore, granted, pool
 
 pytestmark = pytest.mark.integration
 
@@ -78,19 +78,6 @@ POOL = {
         "autoscale": {"minReplicas": 1, "maxReplicas": 8, "targetUtilizationPercent": 80},
     },
 }
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return virtual_clock()
-
-
-@pytest.fixture(params=STORE_KINDS)
-async def make_store(
-    request: pytest.FixtureRequest, clock: ManualClock
-) -> AsyncIterator[MakeStore]:
-    async with store_maker(request, clock) as make:
-        yield make
 
 
 async def one_round(store: LeaseStore, clock: ManualClock) -> Client:

@@ -1,0 +1,57 @@
+"""A crawler's lease traffic for tests that restart or kill what serves it.
+
+`LeaseHolder` holds up to `held` leases on one pool: each turn it ends the
+oldest once it holds that many, leases anew and renews every lease it holds,
+recording each status. Where its requests go is the subclass's `_call`: the
+replica that answers /readyz, or one Service URL. A call that got no answer
+returns None and is not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["LeaseHolder"]
+
+
+class LeaseHolder:
+    """Leases, renews and ends leases on `pool` until stopped; see the module docstring."""
+
+    def __init__(self, pool: str, *, held: int, pace_seconds: float) -> None:
+        self._pool = pool
+        self._most = held
+        self._pace = pace_seconds
+        self.statuses: list[int] = []  # every answer to a lease or an end
+        self.renewals: list[int] = []  # every answer to a renewal
+        self.leases: list[str] = []  # every lease granted
+        self.held: list[str] = []  # the leases held now
+
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        raise NotImplementedError
+
+    async def crawl(self, stop: asyncio.Event) -> None:
+        """Hold up to `held` leases: renew them, and end the oldest and lease anew, until `stop`."""
+        while not stop.is_set():
+            if len(self.held) >= self._most:
+                ended = await self._call("DELETE", f"/v1/leases/{self.held[0]}")
+                if ended is not None:
+                    self.statuses.append(ended[0])
+                    self.held.pop(0)
+            lease = {"selector": {"pool": self._pool}, "ttlSeconds": 120, "target": "example.com"}
+            answered = await self._call("POST", "/v1/leases", lease)
+            if answered is not None:
+                status, body = answered
+                self.statuses.append(status)
+                if status == 201:
+                    self.held.append(body["leaseId"])
+                    self.leases.append(body["leaseId"])
+            for lease_id in self.held:
+                renewed = await self._call(
+                    "POST", f"/v1/leases/{lease_id}/renew", {"ttlSeconds": 120}
+                )
+                if renewed is not None:
+                    self.renewals.append(renewed[0])
+            await asyncio.sleep(self._pace)
