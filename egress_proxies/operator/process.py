@@ -248,6 +248,7 @@ class Operator:
                 clock=self.clock,
                 synced=functools.partial(self.watches.synced, PROXIES_WATCH),
                 watched_version=functools.partial(self.watches.version, PROXIES_WATCH),
+                standby=self.standby,
             )
         )
         # The console (when on) sees what the discovery API grants and the Events posted.
