@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from egress_proxies.kube import KubeClient
+from egress_proxies.kube import KubeApiError, KubeClient
 from egress_proxies.kube.resources import PROXIES
 from egress_proxies.vocabulary import DRAINING_ANNOTATION, POOL_LABEL
+from harness.cluster import wait_for
 
 
 class CensusGapError(AssertionError):
@@ -59,7 +60,16 @@ class ProxyCensus:
 
     async def __aenter__(self) -> ProxyCensus:
         params = {"labelSelector": self._selector} if self._selector else None
-        listing = await self._kube.request("GET", self._path, params=params)
+
+        async def listed() -> dict[str, Any] | None:
+            try:
+                return await self._kube.request("GET", self._path, params=params)
+            except KubeApiError as error:
+                if error.status == 429:  # a new cluster's CRD storage still (re)initializing
+                    return None
+                raise
+
+        listing = await wait_for(listed, timeout=60, interval=0.5)
         for item in listing.get("items") or []:
             self._see(item, deleted=False, listed=True)
         self._version = listing["metadata"]["resourceVersion"]

@@ -9,6 +9,19 @@ rule: it sweeps only while no other live peer has a priority at least its own.
 The health status pump, also beside kopf, holds its writes by the same rule
 (read at most every few seconds: it asks before every write). The object must
 exist for kopf to unpause, so the operator creates it when missing.
+
+kopf resumes an operator at its first look at the peering object when no
+live peer listed there outranks it. Two replicas started together could
+both look before the other had written a keep-alive, and both work until
+their next look; a pause does not stop the handlers already running. So a
+replica joins before kopf starts (`Peering.join`): it writes its own
+keep-alive first, and, ranked by arrival, takes a priority below every live
+peer in the same write, made conditional on the resourceVersion it read.
+The API server orders those writes: the replica whose write lands later
+read the object after the earlier one's, so it ranks below it, and its
+kopf's first look (after its own write) already lists it. No replica ever
+outranks a peer that was there first, and none works before it can see
+every peer that outranks it.
 """
 
 from __future__ import annotations
@@ -26,6 +39,8 @@ from egress_proxies.kube import ConflictError, KubeApiError, KubeClient, NotFoun
 from egress_proxies.kube.resources import CLUSTER_KOPF_PEERINGS, KOPF_PEERINGS
 
 PAUSE_CHECK_SECONDS = 2.0
+# How often joining reads the peering object again after another peer wrote it in between.
+JOIN_ATTEMPTS = 20
 
 
 class PeeringError(RuntimeError, EgressProxiesError):
@@ -68,6 +83,16 @@ def priority_by_start(started: datetime.datetime) -> int:
     whose container restarts comes back below the one that took over.
     """
     return -int(started.timestamp() * 1000)
+
+
+def arrival_priority(peers: Sequence[Peer], identity: str, now: datetime.datetime) -> int:
+    """The priority of a replica joining now: by start, and below every live peer already there.
+
+    Its own entry is left out: a replica that restarts under the same name
+    (its pod's) finds its predecessor's keep-alive still live after a SIGKILL.
+    """
+    live = [peer.priority for peer in peers if peer.deadline > now and peer.identity != identity]
+    return min([priority_by_start(now), *(priority - 1 for priority in live)])
 
 
 def register_lifetime(registry: kopf.OperatorRegistry, seconds: int) -> None:
@@ -144,10 +169,16 @@ class Peering:
         identity: str,
         namespaces: Sequence[str],
         clock: Clock | None = None,
+        *,
+        by_arrival: bool = False,
+        lifetime: int = 60,
     ) -> None:
+        """`priority` is kept as given, or, `by_arrival`, decided when joining (`join`)."""
         self.name = name
         self.priority = priority
         self.identity = identity
+        self.by_arrival = by_arrival
+        self.lifetime = lifetime
         self._client = client
         self._clock = clock or SystemClock()
         self._paths = peering_paths(name, namespaces)
@@ -189,6 +220,52 @@ class Peering:
                 f"the peering object {path} is missing and cannot be created ({error}): "
                 f"{hint}, or run with --standalone"
             ) from error
+
+    async def join(self) -> None:
+        """Write this operator's keep-alive, as kopf does, before kopf starts.
+
+        By arrival, the priority is decided in the same write to the first
+        peering object: below every live peer read there, the write
+        conditional on the resourceVersion read (another peer's write in
+        between means reading again). Raises PeeringError when the objects
+        cannot be read or written.
+        """
+        first, *rest = self._paths
+        for _ in range(JOIN_ATTEMPTS):
+            try:
+                body = await self._client.get(first)
+                if self.by_arrival:
+                    peers = parse_peers(body.get("status") or {})
+                    self.priority = arrival_priority(peers, self.identity, self._clock.utcnow())
+                version = body["metadata"]["resourceVersion"]
+                await self._client.patch(first, self._keepalive(version))
+                break
+            except ConflictError:
+                continue
+            except (KubeApiError, OSError) as error:  # TransportError is an OSError
+                raise PeeringError(f"cannot join the peering object {first}: {error}") from error
+        else:
+            raise PeeringError(
+                f"cannot join the peering object {first}: "
+                f"it changed under each of {JOIN_ATTEMPTS} writes"
+            )
+        for path in rest:
+            try:
+                await self._client.patch(path, self._keepalive())
+            except (KubeApiError, OSError) as error:
+                raise PeeringError(f"cannot join the peering object {path}: {error}") from error
+
+    def _keepalive(self, version: str | None = None) -> dict[str, Any]:
+        """A patch with this operator's keep-alive, in kopf's form; conditional on `version`."""
+        entry = {
+            "priority": self.priority,
+            "lifetime": self.lifetime,
+            "lastseen": self._clock.utcnow().isoformat(),
+        }
+        patch: dict[str, Any] = {"status": {self.identity: entry}}
+        if version is not None:
+            patch["metadata"] = {"resourceVersion": version}
+        return patch
 
     async def peers(self) -> list[Peer]:
         """Every keep-alive in this operator's peering objects (live and expired)."""

@@ -48,7 +48,6 @@ from egress_proxies.operator.peering import (
     CachedGate,
     Peering,
     peer_identity,
-    priority_by_start,
     register_lifetime,
 )
 from egress_proxies.operator.shard import ShardError, bind_state_dir
@@ -136,11 +135,6 @@ class Operator:
             raise
         self.identity = peer_identity(environment, self.claim.peer_identity())
         peering = None if settings.standalone else settings.peering
-        self.priority = (
-            priority_by_start(self.clock.utcnow())
-            if settings.priority_by_start
-            else settings.priority
-        )
         self.events = EventRecorder(
             self.client, self.clock, component=EVENT_COMPONENT, instance=self.identity
         )
@@ -149,10 +143,12 @@ class Operator:
             Peering(
                 self.client,
                 shard.peering(peering) if shard else peering,
-                self.priority,
+                settings.priority,
                 self.identity,
                 tuple(settings.namespaces),
                 self.clock,
+                by_arrival=settings.priority_by_start,
+                lifetime=settings.peering_lifetime,
             )
             if peering
             else None
@@ -252,6 +248,7 @@ class Operator:
                 clock=self.clock,
                 synced=functools.partial(self.watches.synced, PROXIES_WATCH),
                 watched_version=functools.partial(self.watches.version, PROXIES_WATCH),
+                standby=self.standby,
             )
         )
         # The console (when on) sees what the discovery API grants and the Events posted.
@@ -328,12 +325,11 @@ class Operator:
     async def run(self, stop: asyncio.Event) -> None:
         """Run kopf, the health engine and the status pump until `stop` is set.
 
-        Raises PeeringError (before anything starts) when the peering object
-        is missing and cannot be created.
+        Raises PeeringError when the peering object is missing and cannot be
+        created (before anything starts), or cannot be joined (before kopf starts).
         """
         if self.peering is not None:
             await self.peering.ensure()
-            logger.info("peering %r as %s", self.peering.name, self.identity)
         stop_flag: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def relay_stop() -> None:
@@ -399,6 +395,15 @@ class Operator:
             for task in background[1:]:
                 task.add_done_callback(lambda done: self._component_ended(done, stop))
             try:
+                if self.peering is not None:
+                    # Seen by every peer before this replica's kopf takes its first look.
+                    await self.peering.join()
+                    logger.info(
+                        "peering %r as %s (priority %d)",
+                        self.peering.name,
+                        self.identity,
+                        self.peering.priority,
+                    )
                 await self._run_kopf(stop_flag)
             finally:
                 # Producers first (kopf has stopped): then nothing uses what closes next.
@@ -453,7 +458,7 @@ class Operator:
                 namespaces=list(self.settings.namespaces),
                 standalone=self.peering is None,
                 peering_name=self.peering.name if self.peering else None,
-                priority=self.priority,
+                priority=self.peering.priority if self.peering else self.settings.priority,
                 # kopf types this as its NewType `Identity`, a str it does not export.
                 identity=self.identity,  # type: ignore[arg-type]
                 stop_flag=stop_flag,

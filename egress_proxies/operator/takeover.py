@@ -6,10 +6,11 @@ did not: they died with it. kopf's own resume handlers run only for Proxies
 a process first sees in a listing, so a replica that saw a Proxy while it
 stood by, or a Proxy another replica's kopf marked handled, would sit
 unreconciled. So whenever this replica starts work (at start, after a
-pause), and whenever a peer joins while it works (two replicas that start
-together may both work until they see each other), it forgets the status
-it wrote and rings every unsettled Proxy (`proxies/standby.py`), once its
-own watch of the Proxies has listed them all: never on a partial view.
+pause), and whenever a peer joins while it works (a peer with a higher
+fixed priority may have worked before it saw this one), it reads the
+statuses it wrote again and rings every unsettled Proxy
+(`proxies/standby.py`), once its own watch of the Proxies has listed them
+all: never on a partial view.
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ WAIT_WINDOW_SECONDS = 60.0
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 PostEvent = Callable[[str, str, str], None]  # (type, reason, message)
+Gate = Callable[[], Awaitable[str | None]]  # why this replica is not the one at work, or None
+
+
+async def never_standing_by() -> str | None:
+    """The gate of a standalone operator: it is always the one at work."""
+    return None
 
 
 class MemberSource(Protocol):
@@ -94,6 +100,9 @@ class PoolComponents:
     synced: Callable[[], bool] = lambda: True
     # The resourceVersion up to which `members` has seen every change (None: unknown).
     watched_version: Callable[[], int | None] = lambda: None
+    # Why this replica is not the one at work (kopf may run a round on a replica it is
+    # about to pause, and a pause does not stop a round already running), or None.
+    standby: Gate = never_standing_by
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,7 @@ class PoolController:
         self._c = components
         self._expected: dict[str, _Expectations] = {}
         self._written: dict[str, dict[str, Any]] = {}
+        self._standing: set[str] = set()  # pools skipped while standing by, said once
         self.rounds = 0
 
     def __repr__(self) -> str:
@@ -137,12 +147,21 @@ class PoolController:
         """Drop what is remembered about a deleted pool."""
         self._expected.pop(f"{namespace}/{name}", None)
         self._written.pop(f"{namespace}/{name}", None)
+        self._standing.discard(f"{namespace}/{name}")
 
     async def converge(self, body: Mapping[str, Any], post_event: PostEvent) -> None:
-        """One round for one pool (none while the members' watch is not synced)."""
+        """One round for one pool (none while the members' watch is not synced, or on a
+        replica that is not the one at work)."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         pool = f"{namespace}/{name}"
+        reason = await self._c.standby()
+        if reason is not None:
+            if pool not in self._standing:
+                self._standing.add(pool)
+                logger.info("pool %s: standing by: %s", pool, reason)
+            return
+        self._standing.discard(pool)
         if not self._c.synced():
             logger.debug("pool %s: the Proxy watch is not synced; no round", pool)
             if self._c.metrics is not None:

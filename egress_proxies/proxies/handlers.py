@@ -29,6 +29,7 @@ from egress_proxies.proxies.shell import delete_proxy, reconcile_proxy, release
 from egress_proxies.proxies.standby import (
     STANDBY_PATIENCE_SECONDS,
     STANDBY_RETRY_SECONDS,
+    Standing,
     standing_by,
 )
 from egress_proxies.proxies.wakeup import Reason
@@ -43,6 +44,22 @@ from egress_proxies.vocabulary import (
 logger = logging.getLogger(__name__)
 
 KOPF_PREFIX = f"kopf.{GROUP}"
+# What a refused handler's retry says (kopf: "... failed temporarily: standing by: ...").
+STANDING_BY = "standing by: "
+
+
+class QuietStandby(logging.Filter):
+    """Drops kopf's ERROR line (and so its Event) for a handler refused on a replica not at work.
+
+    `Standing` says it at INFO instead, once per Proxy rather than once per retry.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for kopf's line about a standing-by retry."""
+        return f"failed temporarily: {STANDING_BY}" not in record.getMessage()
+
+
+QUIET_STANDBY = QuietStandby()
 
 
 def configure(settings: kopf.OperatorSettings, finalizer: str = FINALIZER) -> None:
@@ -64,6 +81,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     """Register every handler on `registry`."""
     c = components
     resource = (GROUP, VERSION, PLURAL)
+    standing = Standing()
+    logging.getLogger("kopf.objects").addFilter(QUIET_STANDBY)
 
     @kopf.on.startup(registry=registry)
     def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -79,6 +98,7 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     async def proxy_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         meta = body["metadata"]
         if event["type"] == "DELETED":
+            standing.handled(meta["namespace"], meta["name"])
             c.writer.forget(meta["namespace"], meta["name"])
             c.instances.forget_proxy(meta["uid"])
             c.requeue.cancel(meta["namespace"], meta["name"])
@@ -97,8 +117,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     @kopf.on.create(*resource, registry=registry, when=owned)
     @kopf.on.update(*resource, registry=registry, when=owned)
     async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        await _at_work(c)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        await _at_work(c, standing, namespace, name)
         stack = stack_name(namespace, name)
         with (
             c.spans.reconcile(namespace, name, stack=stack),
@@ -110,8 +130,8 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
     # on objects that a delete handler matches, so External ones get none.
     @kopf.on.delete(*resource, registry=registry, when=managed_and_owned_by(c.shard))
     async def delete(body: kopf.Body, **_: Any) -> None:
-        await _at_work(c)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        await _at_work(c, standing, namespace, name)
         stack = stack_name(namespace, name)
         with (
             c.spans.reconcile(namespace, name, stack=stack, deleting=True),
@@ -120,14 +140,17 @@ def register(registry: kopf.OperatorRegistry, components: Components) -> None:
             await delete_proxy(c, dict(body))
 
 
-async def _at_work(c: Components) -> None:
+async def _at_work(c: Components, standing: Standing, namespace: str, name: str) -> None:
     """Return on the replica at work; raise a retry, recording nothing as handled, on any other.
 
     kopf can run a handler on a replica it is about to pause (`standby.py`).
     """
     reason = await standing_by(c.standby, c.clock, STANDBY_PATIENCE_SECONDS)
-    if reason is not None:
-        raise kopf.TemporaryError(f"standing by: {reason}", delay=STANDBY_RETRY_SECONDS)
+    if reason is None:
+        standing.handled(namespace, name)
+        return
+    standing.refused(namespace, name, reason)
+    raise kopf.TemporaryError(f"{STANDING_BY}{reason}", delay=STANDBY_RETRY_SECONDS)
 
 
 def _register_secret_watches(registry: kopf.OperatorRegistry, c: Components) -> None:

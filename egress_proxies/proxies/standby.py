@@ -1,15 +1,18 @@
 """Several replicas, one at work: what the Proxy controller does on a replica that is not.
 
 kopf peering is pausing, not election: a replica starts paused, and resumes
-at the first look at its peering object in which no live peer outranks it.
-Two replicas that start together can both find the other's keep-alive not
-written yet, and both run handlers until the next look. What kopf then
-records on a Proxy (its finalizer, the handled state, the last handled
-spec) is shared by every replica: a handler run by the replica about to be
-paused makes the active one see nothing left to do. So a handler first asks
-the same gate as the GC (`operator/peering.py`): on a replica that is not
-the one at work it raises a retry and records nothing as handled, and the
-replica at work handles the Proxy itself.
+at the first look at its peering object in which no live peer outranks it;
+a pause stops its watches, not the handlers already running. Joining before
+kopf starts (`operator/peering.py`) keeps the replicas of one Deployment
+from both resuming, but kopf can still run a handler on a replica that is
+not the one at work: one a peer with a higher fixed priority joined while
+it worked, one that cannot read its peering object. What kopf records on a
+Proxy (its finalizer, the handled state, the last handled spec) is shared
+by every replica: a handler run there would make the active one see nothing
+left to do. So a handler first asks the same gate as the GC: on a replica
+that is not the one at work it raises a retry and records nothing as
+handled (said once per Proxy, `Standing`), and the replica at work handles
+the Proxy itself.
 
 A replica that starts work (at start, after a pause, when a peer joined
 that may have worked before it saw this one) rings every Proxy that has
@@ -19,6 +22,7 @@ status writes may all have been another replica's.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -26,6 +30,8 @@ from egress_proxies.clock import Clock
 from egress_proxies.model import PERMANENT_ERROR, PROVISIONED, ConditionStatus, find_condition
 from egress_proxies.proxies.status import status_of
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
+
+logger = logging.getLogger(__name__)
 
 Gate = Callable[[], Awaitable[str | None]]  # why this replica is not the one at work, or None
 
@@ -49,6 +55,30 @@ async def standing_by(gate: Gate, clock: Clock, patience: float) -> str | None:
         if reason is None or clock.monotonic() >= deadline:
             return reason
         await clock.sleep(STANDBY_POLL_SECONDS)
+
+
+class Standing:
+    """Which Proxies this replica refused while standing by: each is said once, at INFO.
+
+    Standing by is the HA layout working as meant, not an error; kopf retries
+    a refused handler every few seconds, and only the first refusal is news.
+    """
+
+    def __init__(self) -> None:
+        self._proxies: set[tuple[str, str]] = set()
+
+    def __repr__(self) -> str:
+        return f"<Standing [proxies: {len(self._proxies)}]>"
+
+    def refused(self, namespace: str, name: str, reason: str) -> None:
+        """A handler of the Proxy was refused for `reason`."""
+        if (namespace, name) not in self._proxies:
+            self._proxies.add((namespace, name))
+            logger.info("%s/%s: standing by: %s", namespace, name, reason)
+
+    def handled(self, namespace: str, name: str) -> None:
+        """The Proxy is handled here (or gone): a later refusal is news again."""
+        self._proxies.discard((namespace, name))
 
 
 def settled(body: Mapping[str, Any]) -> bool:

@@ -117,8 +117,8 @@ class RunSettings(
     )
     priority_by_start: bool = option(
         False,
-        "peering priority from the start time instead of --priority: an earlier replica "
-        "outranks a later one, so one of several replicas works (deploy/components/ha)",
+        "peering priority by arrival instead of --priority: a replica ranks below every "
+        "live peer when it joins, so one of several replicas works (deploy/components/ha)",
     )
     peering_lifetime: int = option(
         60,

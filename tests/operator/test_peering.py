@@ -13,6 +13,7 @@ from egress_proxies.operator.peering import (
     CachedGate,
     Peer,
     Peering,
+    arrival_priority,
     parse_peers,
     peer_identity,
     peering_paths,
@@ -131,3 +132,21 @@ def test_by_start_the_earlier_replica_works_and_the_later_one_stands_by() -> Non
     peers = [peer("first", restarted), peer("second", second)]
     assert sweep_blocker(peers, "second", second, NOW) is None, "a restarted active stands by"
     assert sweep_blocker(peers[1:], "second", second, NOW) is None, "the active's record is gone"
+
+
+def test_by_arrival_a_joining_replica_ranks_below_every_live_peer() -> None:
+    ahead = priority_by_start(NOW + datetime.timedelta(seconds=3))  # a peer whose clock is ahead
+    peers = [peer("ahead", ahead), peer("fixed", 7), peer("dead", ahead - 50, seconds_left=-1)]
+    joined = arrival_priority(peers, ME, NOW)
+    assert joined == ahead - 1, "below the live peer a by-start rank would put it above"
+    assert arrival_priority([], ME, NOW) == priority_by_start(NOW), "alone: by start"
+    assert sweep_blocker([*peers, peer(ME, joined)], ME, joined, NOW) is not None
+
+
+def test_by_arrival_a_restarted_replica_comes_back_below_the_one_that_took_over() -> None:
+    # SIGKILLed, it left its keep-alive (at the top) under the name it comes back with.
+    took_over = priority_by_start(NOW - datetime.timedelta(minutes=5))
+    peers = [peer(ME, priority_by_start(NOW - datetime.timedelta(hours=1))), peer("b", took_over)]
+    again = arrival_priority(peers, ME, NOW)
+    assert again < took_over
+    assert sweep_blocker([peer(ME, again), peer("b", took_over)], "b", took_over, NOW) is None

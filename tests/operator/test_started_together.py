@@ -1,13 +1,15 @@
 """Two replicas started at the same moment, as a fresh `kubectl apply -k deploy/ha` starts both,
-over Proxies that exist and Proxies created as they start: every one is provisioned.
+over Proxies that exist and Proxies created as they start: one works, and every Proxy is
+provisioned.
 
-kopf's peering pauses a replica only once it sees a higher-priority peer's keep-alive, so two
-replicas that start together can both run handlers for a moment. Whatever the one that is
-then paused recorded on a Proxy must not keep the one at work from handling it. Two operator
-processes on one shared backend (a real PostgreSQL), ranked by start, in rounds: both start,
-Proxies are created the moment their kopf starts, a pool makes its members at the same
-moment, and every Proxy must end up provisioned; then both stop, and start together again
-over what is there.
+kopf resumes a replica at its first look at the peering object when no live peer listed there
+outranks it; two replicas that start together could both look before the other had written
+its keep-alive, and both work until their next look (`operator/peering.py`, joining). Two
+operator processes on one shared backend (a real PostgreSQL), ranked by start, in rounds: both
+start, Proxies are created the moment they have joined, a pool makes its members at the same
+moment; exactly one kopf resumes and none is paused after resuming, and every Proxy ends up
+provisioned; then both stop, and start together again over what is there (a restart of both,
+with the Proxies, their statuses and kopf's state on them already present).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ ROUNDS = 2
 POOL = "together"
 REPLICAS = 2
 BURST = 3  # Proxies created the moment both replicas' kopf starts
-STARTING = "peering 'egress-proxies' as"  # logged right before kopf starts
+STARTING = "peering 'egress-proxies' as"  # logged once joined, right before kopf starts
+RESUMED = "Resuming operations"  # kopf, when its first look finds no peer above it
+PAUSED = "Pausing operations"  # kopf, when a peer above it appears after it resumed
 
 
 @pytest.fixture
@@ -54,11 +58,6 @@ async def kopf_starting(operators: list[OperatorProcess], times: int) -> None:
     await wait_for(both, timeout=120, interval=0.02)
 
 
-# A known bug, not fixed (issue 43): a replica whose gate read comes before the
-# other's first keep-alive can still act in kopf's startup window, and one run
-# in two on a loaded machine leaves a Proxy unprovisioned for minutes. Kept
-# running so the day it always passes shows as XPASS.
-@pytest.mark.xfail(reason="two replicas started together can still strand a Proxy (issue 43)")
 async def test_replicas_started_together_provision_every_proxy(
     kube: KubeClient,
     dev_cluster: ClusterHandle,
@@ -88,6 +87,7 @@ async def test_replicas_started_together_provision_every_proxy(
                 before = f"before-{round_}"
                 await kube.create(proxy_path(namespace), managed_proxy(before))
                 names.append(before)
+                resumed = [o.log_text().count(RESUMED) for o in operators]
                 for operator in operators:  # a few milliseconds apart
                     operator.start()
                 await kopf_starting(operators, round_ + 1)
@@ -100,6 +100,11 @@ async def test_replicas_started_together_provision_every_proxy(
                         kube, namespace, name, "Provisioned", "True", timeout=180
                     )
                 await settled(kube, namespace, POOL, REPLICAS)
+                working = [
+                    o.log_text().count(RESUMED) - n for o, n in zip(operators, resumed, strict=True)
+                ]
+                assert sorted(working) == [0, 1], f"round {round_}: kopf resumed {working}"
+                assert not any(PAUSED in o.log_text() for o in operators), "a replica was paused"
                 for operator in operators:
                     operator.stop()
         census.check()

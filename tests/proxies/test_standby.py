@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from egress_proxies.clock import ManualClock
-from egress_proxies.proxies.standby import settled, standing_by, unsettled
+from egress_proxies.proxies.handlers import QUIET_STANDBY
+from egress_proxies.proxies.standby import Standing, settled, standing_by, unsettled
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.unit
@@ -110,3 +112,28 @@ async def test_a_standby_says_why_once_its_patience_is_out() -> None:
     answer = await wait_out(clock, asyncio.create_task(standing_by(gate, clock, patience=5)))
     assert answer == "another replica is at work"
     assert clock.monotonic() >= 5
+
+
+def test_standing_by_is_said_once_per_proxy_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    standing = Standing()
+    with caplog.at_level(logging.DEBUG, logger="egress_proxies.proxies.standby"):
+        for _ in range(3):  # kopf retries a refused handler every few seconds
+            standing.refused("ns", "a", "op-b has a higher priority")
+        standing.refused("ns", "b", "op-b has a higher priority")
+        standing.handled("ns", "a")  # it worked on it since
+        standing.refused("ns", "a", "op-c has a higher priority")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "ns/a: standing by: op-b has a higher priority"),
+        (logging.INFO, "ns/b: standing by: op-b has a higher priority"),
+        (logging.INFO, "ns/a: standing by: op-c has a higher priority"),
+    ]
+    assert repr(standing) == "<Standing [proxies: 2]>"
+
+
+def test_kopf_s_error_line_for_a_standing_by_retry_is_dropped() -> None:
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.ERROR, "", 0, message, None, None)
+
+    refused = "Handler 'reconcile' failed temporarily: standing by: op-b has a higher priority"
+    assert not QUIET_STANDBY.filter(record(refused))
+    assert QUIET_STANDBY.filter(record("Handler 'reconcile' failed temporarily: boom"))
