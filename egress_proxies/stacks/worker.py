@@ -67,6 +67,7 @@ class _Process:
     retiring: bool = False  # takes no new operation; stops once its calls are done
     reader: asyncio.Task[None] | None = None
     idle: asyncio.Task[None] | None = None  # retires it after `worker_idle` on the clock
+    body_length: int | None = None  # a reply's header read, its body not yet
 
 
 class StackWorker:
@@ -133,6 +134,10 @@ class StackWorker:
         for proc in list(self._live):
             if proc.reader is None:
                 continue
+            if proc.reader.cancelled():
+                # kopf, stopping, cancels every task made after it started; this
+                # runs after kopf, so a new reader takes up where that one stopped.
+                proc.reader = self._reader(proc)
             try:
                 await asyncio.wait_for(asyncio.shield(proc.reader), _CLOSE_TIMEOUT)
             except TimeoutError:
@@ -171,21 +176,29 @@ class StackWorker:
         process.stdin.write(frame(self._settings))
         proc = _Process(process)
         # A context of its own: not the log context of the Proxy whose call started it.
-        proc.reader = asyncio.create_task(
-            self._read(proc), name=f"stack-worker-{process.pid}", context=contextvars.Context()
-        )
+        proc.reader = self._reader(proc)
         self._live.add(proc)
         self.started += 1
         logger.info("stack worker %d started", process.pid)
         return proc
 
+    def _reader(self, proc: _Process) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            self._read(proc),
+            name=f"stack-worker-{proc.process.pid}",
+            context=contextvars.Context(),
+        )
+
     async def _read(self, proc: _Process) -> None:
-        stdout = proc.process.stdout
-        assert stdout is not None
+        """Hand each reply to its caller until the worker exits; cancelled, nothing is lost.
+
+        `readexactly` takes no bytes until it has them all, and a reply's
+        length is kept on `proc` once read, so a reader started anew after a
+        cancel goes on with the same reply.
+        """
         try:
             while True:
-                (length,) = HEADER.unpack(await stdout.readexactly(HEADER.size))
-                call_id, ok, value = pickle.loads(await stdout.readexactly(length))  # noqa: S301 (our own child)
+                call_id, ok, value = await self._next_reply(proc)
                 call = proc.calls.pop(call_id, None)
                 if call is not None and not call.future.done():
                     if ok:
@@ -215,6 +228,17 @@ class StackWorker:
         proc.calls.clear()
         log = logger.info if code == 0 and proc.retiring else logger.warning
         log("stack worker %d exited with code %s", proc.process.pid, code)
+
+    @staticmethod
+    async def _next_reply(proc: _Process) -> tuple[int, bool, Any]:
+        stdout = proc.process.stdout
+        assert stdout is not None
+        if proc.body_length is None:
+            (proc.body_length,) = HEADER.unpack(await stdout.readexactly(HEADER.size))
+        body = await stdout.readexactly(proc.body_length)
+        proc.body_length = None
+        reply: tuple[int, bool, Any] = pickle.loads(body)  # noqa: S301 (our own child)
+        return reply
 
     def _idle(self, proc: _Process) -> None:
         """No operation in flight: a retiring worker stops, a current one after `worker_idle`."""

@@ -53,6 +53,14 @@ def sleeping_program(marker: str) -> None:
     time.sleep(600)
 
 
+def gated_program(marker: str, gate: str) -> None:
+    """Says it has started, waits until `gate` exists, then exports."""
+    Path(marker).write_text(str(os.getpid()))
+    while not Path(gate).exists():
+        time.sleep(0.05)
+    pulumi.export("value", "finished")
+
+
 def alive(pid: int) -> bool:
     """Running, not a zombie nobody has reaped yet."""
     try:
@@ -168,3 +176,32 @@ async def test_a_worker_killed_mid_up_fails_that_up_and_the_next_one_runs(
     assert outputs["value"] == "x"
     assert outputs["pid"] != worker_pid
     await runner.destroy("worker.three")
+
+
+async def test_an_up_in_flight_finishes_on_close_though_its_reader_was_cancelled(
+    tmp_path: Path,
+) -> None:
+    """kopf, stopping, cancels every task made after it started: the caller and the reader."""
+    configured = settings(tmp_path)
+    runner = StackRunner(configured)
+    marker, gate = tmp_path / "started", tmp_path / "gate"
+    program = functools.partial(gated_program, str(marker), str(gate))
+    up = asyncio.create_task(runner.up("worker.gated", "uid-gated", program))
+    for _ in range(1200):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert marker.exists(), "the up started"
+    assert runner.worker is not None
+    [pid] = runner.worker.pids
+    readers = [t for t in asyncio.all_tasks() if t.get_name().startswith("stack-worker-")]
+    assert readers
+    for task in [up, *readers]:
+        task.cancel()
+    await asyncio.gather(up, *readers, return_exceptions=True)
+    gate.touch()
+    await runner.close()  # raises nothing, and waits for the up in flight
+    assert runner.worker.pids == []
+    assert not alive(pid)
+    state = await StackRunner(configured).state("worker.gated")
+    assert state is not None and state.outputs["value"] == "finished"
