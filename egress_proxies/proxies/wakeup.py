@@ -16,15 +16,22 @@ Who rings, and why:
 - the replica that starts work (`operator/takeover.py`): the Proxy has not
   settled and the handling so far may have been another replica's
   (`TAKEOVER`, the time).
+
+A ring the API server does not answer (no connection, a timeout, 429 or a
+5xx) is tried again a few times, waiting longer each time: a watch handler
+that rings is not retried by kopf, and a lost wake-up leaves the Proxy
+waiting for its next event, which may be minutes away.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 from egress_proxies.clock import Clock, k8s_micro_time
 from egress_proxies.kube.client import Patcher, annotate
+from egress_proxies.kube.errors import KubeApiError, TransportError
 from egress_proxies.kube.resources import PROXIES
 from egress_proxies.vocabulary import (
     CLOUD_INIT_REVISION_ANNOTATION,
@@ -34,7 +41,11 @@ from egress_proxies.vocabulary import (
     TAKEOVER_ANNOTATION,
 )
 
+logger = logging.getLogger(__name__)
+
 Ring = Callable[[str, str, str], Awaitable[None]]  # (namespace, name, value)
+RING_ATTEMPTS = 5
+RING_FIRST_WAIT = 0.5  # seconds before the second attempt; doubled for each next one
 
 
 class Reason(StrEnum):
@@ -71,7 +82,18 @@ class Bell:
     ) -> None:
         """Wake the Proxy for `reason`; `value` defaults to the time now."""
         stamp = value if value is not None else k8s_micro_time(self._clock.utcnow())
-        await annotate(self._client, PROXIES.path(namespace, name), _KEYS[reason], stamp)
+        wait = RING_FIRST_WAIT
+        for attempt in range(1, RING_ATTEMPTS + 1):
+            try:
+                await annotate(self._client, PROXIES.path(namespace, name), _KEYS[reason], stamp)
+                return
+            except (TransportError, KubeApiError) as error:
+                if attempt == RING_ATTEMPTS or not _unanswered(error):
+                    raise
+                what = f"proxy {namespace}/{name}: ringing ({reason}) again in {wait:.1f} s"
+                logger.info("%s: %s", what, error)
+            await self._clock.sleep(wait)
+            wait *= 2
 
     def ringer(self, reason: Reason) -> Ring:
         """`ring` for one reason, as a (namespace, name, value) callable."""
@@ -84,3 +106,10 @@ class Bell:
     async def recreate(self, namespace: str, name: str) -> None:
         """Ask the controller (the only stack writer) to bring a vanished instance up again."""
         await self.ring(namespace, name, Reason.RECREATE)
+
+
+def _unanswered(error: Exception) -> bool:
+    """No answer, or one that says to come back: worth another try."""
+    if isinstance(error, KubeApiError):
+        return error.status == 429 or error.status >= 500
+    return True
