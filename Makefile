@@ -28,9 +28,9 @@ demo-down: venv
 		$(PY) -m egress_proxies.cli dev-cluster down --state-dir $$state; \
 	done
 
-# Two workers, each with its own dev cluster and a balanced share of its modules,
+# Three workers, each with its own dev cluster and a balanced share of its modules,
 # the rest shared (harness/workers.py; docs/development.md).
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 
 test: venv tools lint typecheck
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope

@@ -1,13 +1,13 @@
 """The suite in pytest-xdist workers, each with a dev cluster of its own and a share of its modules.
 
-`make test` runs `pytest -n 2 --dist loadscope`. Each test module is one unit
+`make test` runs `pytest -n 3 --dist loadscope`. Each test module is one unit
 of work, so its module-scoped fixtures start once, as with xdist's own
 `loadscope`. The modules with a test on the session's dev cluster
 (`dev_cluster` in a test's fixture closure) are split into one group per
 worker, balanced by the seconds each module took in a measured run
 (`durations.json`, refreshed with `python -m harness.workers JUNIT_XML`; a
 module it does not know counts `DEFAULT_SECONDS`). Worker N takes group N
-first and starts its cluster for it, then the two workers share the modules
+first and starts its cluster for it, then the workers share the modules
 that need no cluster (unit, client, loopback integration, and the deploy tests
 that start a cluster of their own). Tests on one cluster run one at a time, in
 collection order, as in a serial run.
