@@ -26,21 +26,28 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   `PROBE_REQUESTS` requests at the limit, the pace grows above the limit again by
   `increase` (a share of itself) per second of traffic, until a rate limit sets a
   new limit; so a site that raised its limit is found again. A probe costs about
-  one rate limit, so counting requests keeps its share of a slow site's answers
-  as small as of a fast one's (at 1/s a probe every 30 s was one answer in 30).
-  A rate limit while cruising (before the probe) says the limit is lower than
-  remembered: an estimated limit is then set below the pace seen (`CONVERGE` of
-  it), so a site that halved its limit is found in a few decreases.
+  one rate limit and the site's Retry-After, so counting requests keeps its share
+  of a slow site's answers as small as of a fast one's (at 1/s a probe every 30 s
+  was one answer in 30). A rate limit while cruising (before the probe) says the
+  limit is lower than remembered: an estimated limit is then set below the pace
+  seen (`CONVERGE` of it), so a site that halved its limit is found in a few
+  decreases.
 - The fleet learns once: a pair still in slow start when another proxy has found
   the target's limit takes that limit and goes to the cruise below it at its next
-  report, instead of overshooting it on its own or climbing to it. And one pair
-  of a target explores at a time: while one raises the target's pace into the
-  unknown (within the last `EXPLORING` seconds), the target's other pairs in slow
-  start climb no higher than the most the site has accepted from one of them,
-  measured as the requests an `ok` report counts over the time since the pair's
-  previous report (a second or more), and a pair new to the target starts there.
-  So the pairs that start together on a site pay one rate limit to find its
-  limit, not one each (at 1 request/s that was one answer in 40 per proxy).
+  report, instead of overshooting it on its own or climbing to it; a pair new to
+  the target starts at that cruise. One pair of a target explores at a time:
+  while one raises the target's pace into the unknown (within the last
+  `EXPLORING` seconds), the target's other pairs in slow start climb no higher
+  than the most the site has accepted from one of them, measured as the requests
+  `ok` reports count over a second or more (reports closer together add up), and
+  a pair new to the target starts there. So the pairs that start together on a
+  site pay one rate limit to find its limit, not one each (at 1 request/s that
+  was one answer in 40 per proxy). One pair probes for a target at a time too:
+  while one raises the target's pace above the cruise below its limit, the
+  others hold their cruise; a pair whose probe is due after another's probe
+  settled takes the target's next probe time, and its limit when higher (the
+  cruise below it at once). So a probe costs the target one rate limit, not one
+  per proxy.
 
 The learned pace stays within [floor, ceiling], and below a target's per-proxy
 bound. The target's own pace is where a proxy new to the target starts (with the
@@ -186,9 +193,10 @@ class Pace:
 class PaceState:
     """A learned pace: its rate, when it was last lowered, until when it holds still, the
     limit the site's last rate limit came at (None: never limited, slow start), when it
-    may probe above it, and when the rate last changed from what (`before`). A target's
-    state also keeps the most requests/s its pairs in slow start were measured to have
-    had accepted (`accepted`)."""
+    may probe above it, and when the rate last changed from what (`before`). A pair in
+    slow start counts the requests the site accepted (`counted`) since `counted_from`
+    (None: not counting); a target's state keeps the most requests/s its pairs in slow
+    start were measured to have had accepted (`accepted`)."""
 
     rate: float
     lowered_at: float | None = None
@@ -198,6 +206,8 @@ class PaceState:
     changed_at: float = 0.0
     before: float | None = None
     accepted: float = 0.0
+    counted: int = 0
+    counted_from: float | None = None
 
     def seen(self, now: float) -> float:
         """The pace the site saw over the last second: `before`, then `rate` since the change."""
@@ -218,9 +228,11 @@ def raised(
     limits: PaceLimits,
     cap: float,
     trail: float | None = None,
+    may_probe: bool = True,
 ) -> bool:
     """Apply `count` accepted requests (`trail`: the most slow start may reach, see
-    `trailing`); True when the pace changed."""
+    `trailing`; `may_probe`: False while another pair probes, see `probed`); True when
+    the pace changed."""
     if now < state.hold_until or state.rate >= cap:
         return False
     seconds = min(count / state.rate, _MOST_SECONDS)
@@ -229,7 +241,7 @@ def raised(
         rate = doubled if trail is None else min(doubled, trail)
     elif state.rate < (cruise := limits.cruise * state.limit):
         rate = min(cruise, doubled)
-    elif now >= state.probe_at:
+    elif now >= state.probe_at and may_probe:
         rate = state.rate * (1 + limits.increase) ** seconds
     else:
         return False
@@ -278,6 +290,22 @@ def probe_wait(limit: float, limits: PaceLimits) -> float:
     return max(limits.probe_after, PROBE_REQUESTS / limit)
 
 
+def measured(state: PaceState, ok: int, now: float) -> float:
+    """What the site accepted from a pair in slow start, in requests/s, over the second or
+    more up to now (0.0: not a second yet). Reports closer together add up: clients
+    report about every second, so one report in two comes a little under one."""
+    if state.counted_from is None:
+        state.counted, state.counted_from = 0, now  # the first report's span is unknown
+        return 0.0
+    state.counted += ok
+    span = now - state.counted_from
+    if span < SITE_WINDOW:
+        return 0.0
+    rate = state.counted / span
+    state.counted, state.counted_from = 0, now
+    return rate
+
+
 def exploring(fleet: PaceState, now: float) -> bool:
     """True while a pair in slow start raises the target's pace (`fleet`) into the unknown."""
     return fleet.limit is None and now - fleet.changed_at < EXPLORING
@@ -292,14 +320,36 @@ def trailing(state: PaceState, fleet: PaceState, now: float) -> float | None:
     return max(state.rate, fleet.accepted)
 
 
+def probed(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> bool:
+    """True while another pair probes the target: it raised the target's pace (`fleet`)
+    above the cruise below the target's limit within the last EXPLORING seconds, above
+    this pair's pace."""
+    return (
+        fleet.limit is not None
+        and fleet.rate > limits.cruise * fleet.limit
+        and now - fleet.changed_at < EXPLORING
+        and state.rate < fleet.rate
+    )
+
+
 def adopted(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> None:
-    """A pair in slow start takes the limit the fleet found for its target (if any),
-    and goes to the cruise below it: down from above, or up from below at once (the site
-    accepted the limit from another address, and it limits each address alike)."""
-    if state.limit is not None or fleet.limit is None:
+    """A pair takes what the fleet found for its target. In slow start: the limit, and the
+    cruise below it, down from above or up from below at once (the site accepted the limit
+    from another address, and it limits each address alike). Once its own probe is due:
+    a probe another pair settled since (the target's next probe time is later than now),
+    its next probe time, and its limit with the cruise below it when higher."""
+    if fleet.limit is None:
         return
-    state.limit, state.probe_at = fleet.limit, fleet.probe_at
-    if state.rate != (cruise := max(limits.floor, limits.cruise * fleet.limit)):
+    if state.limit is None:
+        state.limit, state.probe_at = fleet.limit, fleet.probe_at
+    elif now >= state.probe_at and fleet.probe_at > now:
+        state.probe_at = fleet.probe_at
+        if fleet.limit <= state.limit:
+            return
+        state.limit = fleet.limit
+    else:
+        return
+    if state.rate != (cruise := max(limits.floor, limits.cruise * state.limit)):
         state.change(cruise, now)
 
 
@@ -359,7 +409,9 @@ class Paces:
             return PaceState(self.limits.start)
         known = start.state
         rate = known.rate
-        if exploring(known, now):
+        if known.limit is not None:
+            rate = max(self.limits.floor, self.limits.cruise * known.limit)
+        elif exploring(known, now):
             rate = min(rate, max(self.limits.start, known.accepted))
         return PaceState(rate, limit=known.limit, probe_at=known.probe_at)
 
@@ -376,24 +428,31 @@ class Paces:
     ) -> PaceState:
         """Apply a report about the pair; return its pace after it."""
         state = self.learned(key, target, now)
-        previous = self._pairs.get((key, target))
-        measured = 0.0  # in slow start: what the site accepted since the previous report
-        if previous is not None and not rate_limited and state.limit is None:
-            since = now - previous.touched_at
-            measured = ok / since if since >= SITE_WINDOW else 0.0
+        accepted_rate = 0.0  # in slow start: what the site accepted over the last second+
+        if rate_limited or state.limit is not None:
+            state.counted, state.counted_from = 0, None
+        else:
+            accepted_rate = measured(state, ok, now)
         bounds = self.limits.bounds_for(target)
         fleet = self._targets.get(target) if target is not None else None
-        trail = None
+        trail, may_probe = None, True
         if fleet is not None:
             adopted(state, fleet.state, now, self.limits)
             trail = trailing(state, fleet.state, now)
+            may_probe = not probed(state, fleet.state, now, self.limits)
         if rate_limited:
             changed = lowered(state, now, retry_after, self.limits, accepted)
         else:
-            changed = raised(state, ok, now, self.limits, self.limits.cap_for(bounds), trail)
+            cap = self.limits.cap_for(bounds)
+            changed = raised(state, ok, now, self.limits, cap, trail, may_probe)
         self._touch(self._pairs, (key, target), state, now)
-        if changed and target is not None:
-            self._follow(target, state, now, went_down=rate_limited, measured=measured)
+        if target is None:
+            return state
+        if changed:
+            self._follow(target, state, now, went_down=rate_limited, measured=accepted_rate)
+        elif fleet is not None and accepted_rate > fleet.state.accepted:
+            fleet.state.accepted = accepted_rate  # held behind the explorer: measured only
+            self._touch(self._targets, target, fleet.state, now)
         return state
 
     def forget_proxy(self, key: ProxyKey) -> None:

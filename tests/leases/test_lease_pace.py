@@ -244,6 +244,63 @@ async def test_a_stopped_explorer_frees_the_pairs_behind_it(
     assert rate(await ok(store, second, 1)) == 4.75, "above the limit found: to the cruise at once"
 
 
+async def test_reports_under_a_second_apart_add_up_to_what_the_site_accepted(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95)
+    candidates = pool(record("a"), record("b"))
+    explorer = granted(await store.acquire(candidates, SITE, 60))
+    assert rate(await ok(store, explorer, 1)) == 2.0, "its first report starts the count"
+    clock.advance(0.8)
+    assert rate(await ok(store, explorer, 2)) == 4.0, "0.8 s: counted, not measured yet"
+    clock.advance(0.8)
+    await ok(store, explorer, 6)
+    newcomer = granted(await store.acquire(candidates, SITE, 60))
+    assert rate(newcomer.pace) == 5.0, "8 accepted in 1.6 s: it starts at 5/s"
+
+
+async def test_one_pair_probes_for_the_target_and_the_others_take_what_it_found(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    candidates = pool(record("a"), record("b"), record("c"))
+    a, b, c = [granted(await store.acquire(candidates, SITE, 60)) for _ in range(3)]
+    assert rate(await ok(store, a, 4)) == 16.0
+    assert rate(await rate_limited(store, a, accepted=10)) == 9.5, "a found 10/s"
+    assert rate(await ok(store, b, 1)) == rate(await ok(store, c, 1)) == 9.5, "b and c took it"
+    clock.advance(30.0)
+    assert rate(await ok(store, a, 10)) > 9.5, "a probes"
+    assert rate(await ok(store, b, 10)) == 9.5, "b holds while a probes"
+    clock.advance(0.5)
+    assert rate(await rate_limited(store, a, accepted=10)) < 9.5, "a's probe: 10/s still"
+    assert rate(await ok(store, b, 10)) == 9.5, "b takes a's next probe time"
+    assert rate(await ok(store, c, 10)) == 9.5, "so does c"
+    clock.advance(29.0)
+    assert rate(await ok(store, b, 10)) == 9.5, "no probe of its own before a's next"
+    clock.advance(1.0)
+    assert rate(await ok(store, b, 10)) > 9.5, "b probes this time"
+    assert rate(await ok(store, a, 10)) == 9.5, "a holds"
+    clock.advance(0.5)
+    await rate_limited(store, b, accepted=12)
+    assert rate(await ok(store, c, 10)) == 11.4, "the site allows 12/s now: c at once"
+
+
+async def test_a_stopped_prober_frees_the_others_to_probe(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
+    candidates = pool(record("a"), record("b"))
+    a, b = [granted(await store.acquire(candidates, SITE, 60)) for _ in range(2)]
+    await ok(store, a, 4)
+    await rate_limited(store, a, accepted=10)
+    await ok(store, b, 1)
+    clock.advance(30.0)
+    assert rate(await ok(store, a, 10)) > 9.5, "a probes, then its crawler stops"
+    assert rate(await ok(store, b, 10)) == 9.5
+    clock.advance(2.0)
+    assert rate(await ok(store, b, 10)) > 9.5, "b probes in its turn"
+
+
 async def test_a_rate_limit_lowers_it_once_per_hold(
     make_store: MakeStore, clock: ManualClock
 ) -> None:
@@ -302,18 +359,18 @@ async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
     assert rate(other.pace) == 1.0, "each target learns its own"
 
 
-async def test_a_rate_limit_lowers_where_new_proxies_start(
+async def test_a_proxy_new_to_the_target_starts_at_the_cruise_below_the_limit_found(
     make_store: MakeStore,
 ) -> None:
     store = paced(make_store, start=4.0, decrease=0.5)
     candidates = pool(record("a"), record("b"))
     first = granted(await store.acquire(candidates, SITE, 60))
-    await rate_limited(store, first)
+    assert rate(await rate_limited(store, first)) == 2.0, "a holds its lowered pace"
     second = granted(await store.acquire(candidates, SITE, 60))
     assert second.proxy.key != first.proxy.key
-    assert rate(second.pace) == 2.0
+    assert rate(second.pace) == 3.8, "0.95 of the 4/s a's address had accepted: no slow start"
     assert second.pace is not None and second.pace.lowered_at is None, "b was never lowered"
-    assert rate(await ok(store, second, 100)) == 3.8, "b cruises below a's limit, no slow start"
+    assert rate(await ok(store, second, 100)) == 3.8, "and cruises there"
 
 
 async def test_a_per_proxy_bound_caps_what_is_learned(make_store: MakeStore) -> None:
@@ -464,11 +521,70 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
         assert renewed is not None and renewed.pace == lowered
         assert rate(lowered) == 2.0 and lowered.lowered_at == clock.time()
         newcomer = granted(await after.acquire(candidates, SITE, 60))
-        assert rate(newcomer.pace) == 2.0
+        assert rate(newcomer.pace) == 3.8, "0.95 of the target's limit (4/s), kept"
         clock.advance(1.0)
         assert rate(await ok(after, lease, 100)) == 3.8, "the limit (4/s) was kept too"
     finally:
         await after.close()
+
+
+async def test_the_redis_store_keeps_a_count_of_accepted_requests_across_a_restart(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    def open_store() -> RedisLeaseStore:
+        return RedisLeaseStore(
+            redis_server.url,
+            prefix=redis_prefix,
+            timeout=2.0,
+            limits=LeaseLimits(pace=PaceLimits(start=1.0)),
+            clock=clock,
+        )
+
+    before = open_store()
+    candidates = pool(record("a"), record("b"))
+    explorer = granted(await before.acquire(candidates, SITE, 60))
+    await ok(before, explorer, 1)
+    clock.advance(0.8)
+    await ok(before, explorer, 2)
+    await before.close()
+    after = open_store()
+    try:
+        clock.advance(0.8)
+        await ok(after, explorer, 6)
+        newcomer = granted(await after.acquire(candidates, SITE, 60))
+        assert rate(newcomer.pace) == 5.0, "8 accepted in 1.6 s, counted on both sides"
+    finally:
+        await after.close()
+
+
+async def test_the_redis_store_counts_from_the_last_report_of_a_pace_written_before_counts(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    store = RedisLeaseStore(
+        redis_server.url,
+        prefix=redis_prefix,
+        timeout=2.0,
+        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
+        clock=clock,
+    )
+    try:
+        candidates = pool(record("a"), record("b"))
+        explorer = granted(await store.acquire(candidates, SITE, 60))
+        async with Redis.from_url(redis_server.url) as admin:
+            base = f"{{{redis_prefix}}}:"
+            then = clock.time()
+            await admin.hset(
+                f"{base}pace:{explorer.proxy.key}", f"t:{SITE}", f"4 - 0 {then} - 0 {then} 2"
+            )
+            await admin.set(f"{base}tpace:{SITE}", f"4 {then} - 0 {then} 0")
+        clock.advance(0.5)
+        assert rate(await ok(store, explorer, 2)) == 5.656854, "slow start: x 2^0.5"
+        clock.advance(0.5)
+        await ok(store, explorer, 2)
+        newcomer = granted(await store.acquire(candidates, SITE, 60))
+        assert rate(newcomer.pace) == 4.0, "4 accepted in the second since its last report"
+    finally:
+        await store.close()
 
 
 async def test_a_pace_nobody_reports_on_is_forgotten(

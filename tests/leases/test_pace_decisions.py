@@ -1,5 +1,6 @@
-"""The pace's decisions as pure functions of plain values: when a pair probes above its limit,
-and how a target's pairs in slow start trail the one exploring it."""
+"""The pace's decisions as pure functions of plain values: when a pair probes above its limit
+(one pair of a target at a time), how a target's pairs in slow start trail the one exploring
+it, and how what the site accepted is measured over reports."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from egress_proxies.leases.pace import (
     PaceLimits,
     Paces,
     PaceState,
+    adopted,
     lowered,
+    measured,
     probe_wait,
+    probed,
     raised,
     trailing,
 )
@@ -76,3 +80,42 @@ def test_the_fleet_measures_what_the_site_accepted_over_a_second_or_more() -> No
     assert paces.learned(p1, "s", now=2.5).rate == 2.0, "a newcomer starts at what was accepted"
     assert paces.record(p1, "s", now=2.5, ok=8).rate == 2.0, "and climbs no higher"
     assert paces.learned(p2, "s", now=4.0).rate > 4.0, "the explorer stopped: where it got"
+
+
+def test_counts_add_up_over_reports_until_a_second_has_passed() -> None:
+    state = PaceState(rate=4.0)
+    assert measured(state, 5, now=0.0) == 0.0, "the first report's span is unknown"
+    assert measured(state, 3, now=0.9) == 0.0, "0.9 s: not a second yet"
+    assert measured(state, 4, now=1.8) == pytest.approx(7 / 1.8), "7 over 1.8 s"
+    assert measured(state, 2, now=2.5) == 0.0, "a new second begins"
+    assert measured(state, 2, now=2.9) == pytest.approx(4 / 1.1)
+
+
+def test_a_pair_holds_its_cruise_while_another_probes_above_it() -> None:
+    fleet = PaceState(rate=10.0, limit=10.0, changed_at=5.0)  # a pair probed it to 10 at 5 s
+    cruising = PaceState(rate=9.5, limit=10.0, probe_at=4.0)
+    assert probed(cruising, fleet, now=6.0, limits=LIMITS)
+    assert not raised(cruising, 10, 6.0, LIMITS, cap=50.0, may_probe=False), "no probe"
+    assert not probed(PaceState(rate=10.0, limit=10.0), fleet, 6.0, LIMITS), "the prober itself"
+    assert not probed(cruising, fleet, now=5.0 + EXPLORING, limits=LIMITS), "the prober stopped"
+    at_cruise = PaceState(rate=9.5, limit=10.0, changed_at=5.0)
+    assert not probed(cruising, at_cruise, now=6.0, limits=LIMITS), "nobody above the cruise"
+
+
+def test_a_pair_due_to_probe_takes_the_probe_another_settled() -> None:
+    fleet = PaceState(rate=9.0, limit=10.0, probe_at=40.0)  # a probe at 10 s found 10/s
+    due = PaceState(rate=9.5, limit=10.0, probe_at=35.0)
+    adopted(due, fleet, now=36.0, limits=LIMITS)
+    assert (due.rate, due.limit, due.probe_at) == (9.5, 10.0, 40.0), "its next probe time"
+    higher = PaceState(rate=11.4, limit=12.0, probe_at=40.0)
+    adopted(due, higher, now=36.0, limits=LIMITS)
+    assert (due.rate, due.limit) == (9.5, 10.0), "not due any more"
+    adopted(due, higher, now=40.0, limits=LIMITS)
+    assert (due.rate, due.limit) == (9.5, 10.0), "nothing settled since: it probes itself"
+    later = PaceState(rate=11.4, limit=12.0, probe_at=70.0)
+    adopted(due, later, now=41.0, limits=LIMITS)
+    assert due.rate == pytest.approx(11.4), "a higher limit: the cruise below it at once"
+    assert (due.limit, due.probe_at) == (12.0, 70.0)
+    lower = PaceState(rate=7.6, limit=8.0, probe_at=100.0)
+    adopted(due, lower, now=71.0, limits=LIMITS)
+    assert (due.limit, due.probe_at) == (12.0, 100.0), "a lower limit is each pair's to find"

@@ -101,7 +101,7 @@ end
 
 -- The pace (leases/pace.py, the same algorithm). Keys under the base:
 --   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at
---                         changed_at before|-" per target field
+--                         changed_at before|- counted_from|- counted" per target field
 --   tpace:<target>  string "rate touched_at limit|- probe_at changed_at accepted": where a
 --                          proxy new to the target starts, when its rate last moved, and
 --                          the most requests/s its pairs in slow start had accepted
@@ -112,7 +112,8 @@ end
 -- P is the store's pace parameters, nine ARGV from `from`: start, floor, increase,
 -- decrease, settle, memory (seconds), ceiling, cruise, probe after. A pace untouched
 -- for `memory` reads as absent. Values written before limits were kept have four
--- (pair) or two (target) fields: no limit, slow start.
+-- (pair) or two (target) fields: no limit, slow start; pair values written before
+-- counts added up over reports have eight: counting since the pair's last report.
 local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
 local PROBE_REQUESTS, EXPLORING = 100.0, 2.0
 local function pace_params(from)
@@ -134,14 +135,16 @@ local function learned_pace(key, target, now, P)
   if v then
     local w = words(v)
     if tonumber(w[4]) + P.memory > now then
+      local counted_from = tonumber(w[4])
+      if w[9] then counted_from = tonumber(w[9]) end  -- '-': not counting
       return {rate = tonumber(w[1]), lowered = tonumber(w[2]), hold = tonumber(w[3]),
-        touched = tonumber(w[4]),
         limit = w[5] and tonumber(w[5]), probe = tonumber(w[6] or '0'),
-        changed = tonumber(w[7] or '0'), before = w[8] and tonumber(w[8])}
+        changed = tonumber(w[7] or '0'), before = w[8] and tonumber(w[8]),
+        counted_from = counted_from, counted = tonumber(w[10] or '0')}
     end
   end
   local state = {rate = P.start, lowered = nil, hold = 0, limit = nil, probe = 0,
-    changed = 0, before = nil}
+    changed = 0, before = nil, counted_from = nil, counted = 0}
   if target ~= '' then
     local t = redis.call('GET', B .. 'tpace:' .. target)
     if t then
@@ -150,8 +153,11 @@ local function learned_pace(key, target, now, P)
         state.rate = tonumber(w[1])
         state.limit = w[3] and tonumber(w[3])
         state.probe = tonumber(w[4] or '0')
-        -- pace.py's `learned`: behind the target's explorer, if one is at it.
-        if state.limit == nil and now - tonumber(w[5] or '0') < EXPLORING then
+        -- pace.py's `learned`: at the cruise below the limit found, else behind the
+        -- target's explorer, if one is at it.
+        if state.limit ~= nil then
+          state.rate = math.max(P.floor, P.cruise * state.limit)
+        elseif now - tonumber(w[5] or '0') < EXPLORING then
           state.rate = math.min(state.rate, math.max(P.start, tonumber(w[6] or '0')))
         end
       end
@@ -160,19 +166,6 @@ local function learned_pace(key, target, now, P)
   return state
 end
 
--- pace.py's `trailing`: the most a pair in slow start may reach while another pair
--- explores the target above it (one doubling below it), or nil.
-local function trailing(state, target, now, P)
-  if state.limit ~= nil or target == '' then return nil end
-  local t = redis.call('GET', B .. 'tpace:' .. target)
-  if not t then return nil end
-  local w = words(t)
-  local limit = w[3] and tonumber(w[3])
-  if tonumber(w[2]) + P.memory <= now or limit ~= nil then return nil end
-  local fleet = tonumber(w[1])
-  if now - tonumber(w[5] or '0') >= EXPLORING or state.rate >= fleet then return nil end
-  return math.max(state.rate, tonumber(w[6] or '0'))
-end
 
 -- {learned rate, lowered at|"", holders of the pair, leases on the target,
 -- leases held by a crawler waiting for the target|""}.
@@ -202,7 +195,7 @@ local function change(state, rate, now)
 end
 
 -- pace.py's `raised`: the new rate after `count` accepted requests, or nil (unchanged).
-local function raised_rate(state, count, now, P, cap, trail)
+local function raised_rate(state, count, now, P, cap, trail, may_probe)
   if now < state.hold or state.rate >= cap then return nil end
   local seconds = math.min(count / state.rate, MOST_SECONDS)
   local doubled = state.rate * GROWTH ^ seconds
@@ -212,7 +205,7 @@ local function raised_rate(state, count, now, P, cap, trail)
     if trail ~= nil then rate = math.min(doubled, trail) end
   elseif state.rate < P.cruise * state.limit then
     rate = math.min(P.cruise * state.limit, doubled)
-  elseif now >= state.probe then
+  elseif now >= state.probe and may_probe then
     rate = state.rate * (1 + P.increase) ^ seconds
   else
     return nil
@@ -250,16 +243,61 @@ local function lower(state, now, P, retry_after, accepted)
   state.probe = now + math.max(P.probe_after, PROBE_REQUESTS / state.limit)
 end
 
--- pace.py's `adopted`: a pair in slow start takes the limit the fleet found for its
--- target, and goes to the cruise below it (from above or below).
-local function adopt(state, target, now, P)
-  if state.limit ~= nil or target == '' then return end
+-- The target's pace (tpace) as a table, or nil when absent or forgotten.
+local function fleet_pace(target, now, P)
+  if target == '' then return nil end
   local t = redis.call('GET', B .. 'tpace:' .. target)
-  if not t then return end
+  if not t then return nil end
   local w = words(t)
-  local limit = w[3] and tonumber(w[3])  -- '-': none found yet
-  if limit == nil or tonumber(w[2]) + P.memory <= now then return end
-  state.limit, state.probe = limit, tonumber(w[4] or '0')
+  if tonumber(w[2]) + P.memory <= now then return nil end
+  return {rate = tonumber(w[1]), limit = w[3] and tonumber(w[3]),
+    probe = tonumber(w[4] or '0'), changed = tonumber(w[5] or '0'),
+    accepted = tonumber(w[6] or '0')}
+end
+
+-- pace.py's `measured`: what the site accepted from a pair in slow start (requests/s)
+-- over the second or more up to now, 0 before that; reports closer together add up.
+local function measure(state, count, now)
+  if state.counted_from == nil then
+    state.counted, state.counted_from = 0, now
+    return 0
+  end
+  state.counted = state.counted + count
+  local span = now - state.counted_from
+  if span < SITE_WINDOW then return 0 end
+  local rate = state.counted / span
+  state.counted, state.counted_from = 0, now
+  return rate
+end
+
+-- pace.py's `trailing`: the most a pair in slow start may reach while another pair
+-- explores the target above it (what the site was measured to accept), or nil.
+local function trailing(state, fleet, now)
+  if state.limit ~= nil or fleet == nil or fleet.limit ~= nil then return nil end
+  if now - fleet.changed >= EXPLORING or state.rate >= fleet.rate then return nil end
+  return math.max(state.rate, fleet.accepted)
+end
+
+-- pace.py's `probed`: another pair probes the target above the cruise below its limit.
+local function probed(state, fleet, now, P)
+  return fleet ~= nil and fleet.limit ~= nil and fleet.rate > P.cruise * fleet.limit
+    and now - fleet.changed < EXPLORING and state.rate < fleet.rate
+end
+
+-- pace.py's `adopted`: a pair takes what the fleet found for its target: in slow start
+-- the limit; once its own probe is due, a probe another pair settled since (its next
+-- probe time, and its limit when higher); then the cruise below the limit.
+local function adopt(state, fleet, now, P)
+  if fleet == nil or fleet.limit == nil then return end
+  if state.limit == nil then
+    state.limit, state.probe = fleet.limit, fleet.probe
+  elseif now >= state.probe and fleet.probe > now then
+    state.probe = fleet.probe
+    if fleet.limit <= state.limit then return end
+    state.limit = fleet.limit
+  else
+    return
+  end
   local cruise = math.max(P.floor, P.cruise * state.limit)
   if state.rate ~= cruise then change(state, cruise, now) end
 end
@@ -268,14 +306,16 @@ end
 local function record_pace(key, target, now, P, cap, rate_limited, count, retry_after,
     accepted)
   local state = learned_pace(key, target, now, P)
-  -- What the site accepted since the pair's previous report, in slow start.
+  -- What the site accepted over the last second or more, in slow start.
   local measured = 0
-  if state.touched ~= nil and not rate_limited and state.limit == nil
-      and now - state.touched >= SITE_WINDOW then
-    measured = count / (now - state.touched)
+  if rate_limited or state.limit ~= nil then
+    state.counted, state.counted_from = 0, nil
+  else
+    measured = measure(state, count, now)
   end
-  adopt(state, target, now, P)
-  local trail = trailing(state, target, now, P)
+  local fleet = fleet_pace(target, now, P)
+  adopt(state, fleet, now, P)
+  local trail = trailing(state, fleet, now)
   local changed = false
   if rate_limited then
     if now >= state.hold then
@@ -283,7 +323,7 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
       changed = true
     end
   else
-    local rate = raised_rate(state, count, now, P, cap, trail)
+    local rate = raised_rate(state, count, now, P, cap, trail, not probed(state, fleet, now, P))
     if rate then
       change(state, rate, now)
       changed = true
@@ -293,8 +333,14 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
   redis.call('HSET', hash, target_field(target), fmt(state.rate) .. ' ' ..
     or_dash(state.lowered) .. ' ' .. fmt(state.hold) .. ' ' .. fmt(now) .. ' ' ..
     or_dash(state.limit) .. ' ' .. fmt(state.probe) .. ' ' .. fmt(state.changed) .. ' ' ..
-    or_dash(state.before))
+    or_dash(state.before) .. ' ' .. or_dash(state.counted_from) .. ' ' .. state.counted)
   redis.call('PEXPIRE', hash, math.ceil(P.memory * 1000))
+  if not changed and fleet ~= nil and measured > fleet.accepted then
+    -- Unchanged (held behind the explorer): only the measurement reaches the target.
+    redis.call('SET', B .. 'tpace:' .. target, fmt(fleet.rate) .. ' ' .. fmt(now) .. ' ' ..
+      or_dash(fleet.limit) .. ' ' .. fmt(fleet.probe) .. ' ' .. fmt(fleet.changed) .. ' ' ..
+      fmt(measured), 'PX', math.ceil(P.memory * 1000))
+  end
   if changed and target ~= '' then
     local tkey = B .. 'tpace:' .. target
     local rate, limit, probe, moved, most = state.rate, nil, 0, now, measured
