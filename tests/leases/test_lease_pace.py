@@ -83,17 +83,17 @@ async def test_a_new_pair_starts_at_the_start_pace(make_store: MakeStore) -> Non
     assert lease.pace == Pace(rate=2.5, burst=1, lowered_at=None)
 
 
-async def test_slow_start_doubles_the_pace_per_second_of_traffic(
+async def test_slow_start_quadruples_the_pace_per_second_of_traffic(
     make_store: MakeStore,
 ) -> None:
-    store = paced(make_store, start=1.0, increase=0.5)
+    store = paced(make_store, start=0.5, increase=0.5)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert rate(await ok(store, lease, 2)) == 4.0, "two seconds' worth at 1/s: x 2 x 2"
-    assert rate(await ok(store, lease, 4)) == 8.0, "one second's worth at 4/s"
-    assert rate(await ok(store, lease, 4)) == 11.313708, "half a second's worth: x sqrt(2)"
+    assert rate(await ok(store, lease, 1)) == 8.0, "two seconds' worth at 0.5/s: x 4 x 4"
+    assert rate(await ok(store, lease, 4)) == 16.0, "half a second's worth at 8/s: x 2"
+    assert rate(await ok(store, lease, 4)) == 22.627417, "a quarter second's worth: x sqrt(2)"
     renewed = await store.renew(lease.lease_id, 60, RECORDS.get)
     assert renewed is not None and renewed.pace is not None
-    assert (rate(renewed.pace), renewed.pace.burst) == (11.313708, 1)
+    assert (rate(renewed.pace), renewed.pace.burst) == (22.627417, 1)
 
 
 async def test_after_a_limit_the_pace_climbs_back_fast_and_cruises_below_it(
@@ -130,7 +130,7 @@ async def test_a_limit_hit_right_after_a_raise_came_at_the_pace_before_it(
 ) -> None:
     store = paced(make_store, start=1.0, decrease=0.5, cruise=1.0)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert rate(await ok(store, lease, 2)) == 4.0
+    assert rate(await ok(store, lease, 1)) == 4.0
     assert rate(await rate_limited(store, lease)) == 1.0, "the site saw 1/s: cruise there"
 
 
@@ -153,7 +153,7 @@ async def test_a_limit_the_holder_counted_is_the_limit(
 ) -> None:
     store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert rate(await ok(store, lease, 3)) == 8.0
+    assert rate(await ok(store, lease, 2)) == 16.0
     clock.advance(0.5)
     lowered = await rate_limited(store, lease, accepted=5)
     assert rate(lowered) == 4.75, "0.95 of the 5/s the site accepted, not of an estimate"
@@ -170,7 +170,7 @@ async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
 ) -> None:
     store = paced(make_store, start=1.0, decrease=0.7, cruise=0.95, probe_after=30)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
-    assert rate(await ok(store, lease, 3)) == 8.0
+    assert rate(await ok(store, lease, 2)) == 16.0
     clock.advance(0.5)
     assert rate(await rate_limited(store, lease, accepted=5)) == 4.75
     clock.advance(31.0)
@@ -209,13 +209,13 @@ async def test_a_pair_in_slow_start_takes_the_limit_another_proxy_found(
     first = granted(await store.acquire(candidates, SITE, 60))
     second = granted(await store.acquire(candidates, SITE, 60))
     third = granted(await store.acquire(candidates, SITE, 60))
-    assert rate(await ok(store, first, 1)) == 2.0, "the first to report explores the site"
+    assert rate(await ok(store, first, 1)) == 4.0, "the first to report explores the site"
     clock.advance(1.0)
-    assert rate(await ok(store, first, 2)) == 4.0, "the site accepted 2/s from it"
-    assert rate(await ok(store, second, 1)) == 2.0, "the others climb no higher than that"
+    assert rate(await ok(store, first, 2)) == 8.0, "the site accepted 2/s from it"
+    assert rate(await ok(store, second, 1)) == 2.0, "the others go there, no higher"
     assert rate(await ok(store, third, 6)) == 2.0
     clock.advance(0.5)
-    assert rate(await rate_limited(store, first, accepted=5)) == 3.6, "0.9 of its 4: as counted"
+    assert rate(await rate_limited(store, first, accepted=5)) == 4.75, "0.95 of 5: as counted"
     assert rate(await ok(store, second, 3)) == 4.75, "climbs no further than the fleet's cruise"
     assert rate(await ok(store, third, 1)) == 4.75, "at once: no climb, no rate limit of its own"
     clock.advance(10.0)
@@ -231,16 +231,16 @@ async def test_a_stopped_explorer_frees_the_pairs_behind_it(
     candidates = pool(record("a"), record("b"))
     first = granted(await store.acquire(candidates, SITE, 60))
     second = granted(await store.acquire(candidates, SITE, 60))
-    assert rate(await ok(store, first, 1)) == 2.0
+    assert rate(await ok(store, first, 1)) == 4.0
     clock.advance(1.0)
-    assert rate(await ok(store, first, 2)) == 4.0
+    assert rate(await ok(store, first, 2)) == 8.0
     assert rate(await ok(store, second, 3)) == 2.0, "trailing at the 2/s the site accepted"
     clock.advance(2.0)  # first raised nothing since: its crawler idles
-    assert rate(await ok(store, second, 2)) == 4.0, "second explores in its turn"
-    assert rate(await ok(store, second, 4)) == 8.0
-    assert rate(await ok(store, first, 8)) == 4.0, "and first trails it"
+    assert rate(await ok(store, second, 2)) == 8.0, "second explores in its turn"
+    assert rate(await ok(store, second, 8)) == 32.0
+    assert rate(await ok(store, first, 8)) == 8.0, "and first trails it, no higher"
     clock.advance(0.5)
-    assert rate(await rate_limited(store, first, accepted=5)) == 3.6
+    assert rate(await rate_limited(store, first, accepted=5)) == 4.75
     assert rate(await ok(store, second, 1)) == 4.75, "above the limit found: to the cruise at once"
 
 
@@ -250,9 +250,9 @@ async def test_reports_under_a_second_apart_add_up_to_what_the_site_accepted(
     store = paced(make_store, start=1.0, cruise=0.95)
     candidates = pool(record("a"), record("b"))
     explorer = granted(await store.acquire(candidates, SITE, 60))
-    assert rate(await ok(store, explorer, 1)) == 2.0, "its first report starts the count"
+    assert rate(await ok(store, explorer, 1)) == 4.0, "its first report starts the count"
     clock.advance(0.8)
-    assert rate(await ok(store, explorer, 2)) == 4.0, "0.8 s: counted, not measured yet"
+    assert rate(await ok(store, explorer, 2)) == 8.0, "0.8 s: counted, not measured yet"
     clock.advance(0.8)
     await ok(store, explorer, 6)
     newcomer = granted(await store.acquire(candidates, SITE, 60))
@@ -265,7 +265,7 @@ async def test_one_pair_probes_for_the_target_and_the_others_take_what_it_found(
     store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
     candidates = pool(record("a"), record("b"), record("c"))
     a, b, c = [granted(await store.acquire(candidates, SITE, 60)) for _ in range(3)]
-    assert rate(await ok(store, a, 4)) == 16.0
+    assert rate(await ok(store, a, 2)) == 16.0
     assert rate(await rate_limited(store, a, accepted=10)) == 9.5, "a found 10/s"
     assert rate(await ok(store, b, 1)) == rate(await ok(store, c, 1)) == 9.5, "b and c took it"
     clock.advance(30.0)
@@ -348,7 +348,7 @@ async def test_a_proxy_new_to_the_target_starts_where_the_fleet_got(
     store = paced(make_store, start=1.0, increase=0.5)
     candidates = pool(record("a"), record("b"))
     first = granted(await store.acquire(candidates, SITE, 60))
-    await ok(store, first, 4)
+    await ok(store, first, 2)
     second = granted(await store.acquire(candidates, SITE, 60))
     assert second.proxy.key != first.proxy.key
     assert rate(second.pace) == 1.0, "where the pair exploring the site at 16 was accepted"
@@ -460,7 +460,7 @@ async def test_an_old_clients_single_ok_raises_the_pace_a_little(make_store: Mak
     store = paced(make_store, start=2.0, increase=0.5)
     lease = granted(await store.acquire(pool(record("a")), SITE, 60))
     outcome = await store.report(lease.lease_id, ReportResult.OK, None, None, RECORDS.get)
-    assert outcome is not None and rate(outcome.pace) == 2.828427, "half a second's worth"
+    assert outcome is not None and rate(outcome.pace) == 4.0, "half a second's worth: x 2"
 
 
 async def test_bans_leave_the_pace_alone(make_store: MakeStore) -> None:
@@ -511,7 +511,7 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
     before = open_store()
     candidates = pool(record("a"), record("b"))
     lease = granted(await before.acquire(candidates, SITE, 60))
-    await ok(before, lease, 2)
+    await ok(before, lease, 1)
     clock.advance(1.0)
     lowered = await rate_limited(before, lease)
     await before.close()
@@ -578,7 +578,7 @@ async def test_the_redis_store_counts_from_the_last_report_of_a_pace_written_bef
             )
             await admin.set(f"{base}tpace:{SITE}", f"4 {then} - 0 {then} 0")
         clock.advance(0.5)
-        assert rate(await ok(store, explorer, 2)) == 5.656854, "slow start: x 2^0.5"
+        assert rate(await ok(store, explorer, 2)) == 8.0, "slow start: x 4^0.5"
         clock.advance(0.5)
         await ok(store, explorer, 2)
         newcomer = granted(await store.acquire(candidates, SITE, 60))
@@ -593,7 +593,7 @@ async def test_a_pace_nobody_reports_on_is_forgotten(
     store = paced(make_store, start=1.0, increase=0.5, memory=100.0)
     candidates = pool(record("a"))
     lease = granted(await store.acquire(candidates, SITE, 60))
-    await ok(store, lease, 4)
+    await ok(store, lease, 2)
     await store.release(lease.lease_id)
     clock.advance(99)
     assert rate(granted(await store.acquire(candidates, SITE, 60)).pace) == 16.0
@@ -617,10 +617,10 @@ async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
             base = f"{{{redis_prefix}}}:"
             await admin.hset(f"{base}pace:{lease.proxy.key}", f"t:{SITE}", f"3 - 0 {clock.time()}")
             await admin.set(f"{base}tpace:{SITE}", f"2 {clock.time()}")
-        assert rate(await ok(store, lease, 3)) == 6.0, "no limit: slow start"
+        assert rate(await ok(store, lease, 3)) == 12.0, "no limit: slow start"
         newcomer = granted(await store.acquire(pool(record("b")), SITE, 60))
         assert rate(newcomer.pace) == 1.0, (
-            "the start: the pair now exploring the site at 6 was not measured"
+            "the start: the pair now exploring the site at 12 was not measured"
         )
     finally:
         await store.close()
@@ -632,9 +632,9 @@ async def test_a_slow_sites_probe_waits_for_a_hundred_requests_at_its_limit(
     store = paced(make_store, start=1.0, cruise=0.95, probe_after=30)
     slow = granted(await store.acquire(pool(record("a")), SITE, 60))
     fast = granted(await store.acquire(pool(record("b")), "fast.example", 60))
-    assert rate(await ok(store, slow, 1)) == 2.0
+    assert rate(await ok(store, slow, 1)) == 4.0
     assert rate(await rate_limited(store, slow, accepted=1)) == 0.95, "its limit: 1/s"
-    assert rate(await ok(store, fast, 4)) == 16.0
+    assert rate(await ok(store, fast, 2)) == 16.0
     assert rate(await rate_limited(store, fast, accepted=10)) == 9.5, "its limit: 10/s"
     clock.advance(30.0)
     assert rate(await ok(store, slow, 30)) == 0.95, "30 s at 1/s is 30 requests: no probe"

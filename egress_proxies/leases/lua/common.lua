@@ -114,8 +114,8 @@ end
 -- for `memory` reads as absent. Values written before limits were kept have four
 -- (pair) or two (target) fields: no limit, slow start; pair values written before
 -- counts added up over reports have eight: counting since the pair's last report.
-local GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 2.0, 0.9, 1.0, 64.0
-local PROBE_REQUESTS, EXPLORING = 100.0, 2.0
+local SLOW_START_GROWTH, GROWTH, CONVERGE, SITE_WINDOW, MOST_SECONDS = 4.0, 2.0, 0.9, 1.0, 64.0
+local PROBE_REQUESTS, EXPLORING, MEASURED_OVER = 100.0, 2.0, 0.9
 local function pace_params(from)
   return {start = tonumber(ARGV[from]), floor = tonumber(ARGV[from + 1]),
     increase = tonumber(ARGV[from + 2]), decrease = tonumber(ARGV[from + 3]),
@@ -198,13 +198,12 @@ end
 local function raised_rate(state, count, now, P, cap, trail, may_probe)
   if now < state.hold or state.rate >= cap then return nil end
   local seconds = math.min(count / state.rate, MOST_SECONDS)
-  local doubled = state.rate * GROWTH ^ seconds
   local rate
   if state.limit == nil then
-    rate = doubled
-    if trail ~= nil then rate = math.min(doubled, trail) end
+    rate = trail
+    if trail == nil then rate = state.rate * SLOW_START_GROWTH ^ seconds end
   elseif state.rate < P.cruise * state.limit then
-    rate = math.min(P.cruise * state.limit, doubled)
+    rate = math.min(P.cruise * state.limit, state.rate * GROWTH ^ seconds)
   elseif now >= state.probe and may_probe then
     rate = state.rate * (1 + P.increase) ^ seconds
   else
@@ -256,7 +255,7 @@ local function fleet_pace(target, now, P)
 end
 
 -- pace.py's `measured`: what the site accepted from a pair in slow start (requests/s)
--- over the second or more up to now, 0 before that; reports closer together add up.
+-- over about a second or more up to now, 0 before that; reports closer together add up.
 local function measure(state, count, now)
   if state.counted_from == nil then
     state.counted, state.counted_from = 0, now
@@ -264,14 +263,14 @@ local function measure(state, count, now)
   end
   state.counted = state.counted + count
   local span = now - state.counted_from
-  if span < SITE_WINDOW then return 0 end
+  if span < MEASURED_OVER then return 0 end
   local rate = state.counted / span
   state.counted, state.counted_from = 0, now
   return rate
 end
 
--- pace.py's `trailing`: the most a pair in slow start may reach while another pair
--- explores the target above it (what the site was measured to accept), or nil.
+-- pace.py's `trailing`: where a pair in slow start goes while another pair explores
+-- the target above it (what the site was measured to accept, no higher), or nil.
 local function trailing(state, fleet, now)
   if state.limit ~= nil or fleet == nil or fleet.limit ~= nil then return nil end
   if now - fleet.changed >= EXPLORING or state.rate >= fleet.rate then return nil end
