@@ -141,32 +141,38 @@ class TokenBucket:
 
 
 class OkBatch:
-    """Requests the site accepted, not yet reported: sent every `interval` or `size` of them."""
+    """Requests the site accepted, not yet reported: sent every `interval` or `size` of them,
+    and the lease's first at once (the server's slow start counts it as seconds of traffic
+    at the start pace: reported at once, it starts the lease's climb a second sooner)."""
 
-    def __init__(self, interval: float, size: int, now: float) -> None:
+    def __init__(self, interval: float, size: int) -> None:
         if interval <= 0 or size < 1:
             raise ValueError("report batches need a positive interval and size")
         self.interval = interval
         self.size = size
         self._lock = threading.Lock()
         self._count = 0
-        self._since = now
+        self._since: float | None = None  # when the last batch went; None: none yet
 
     def __repr__(self) -> str:
         return f"<OkBatch [pending: {self._count}]>"
 
     def add(self, count: int = 1) -> bool:
-        """Count accepted requests; True when the batch is full and should go now."""
+        """Count accepted requests; True when the batch should go now (full, or the first)."""
         with self._lock:
             self._count += count
-            return self._count >= self.size
+            return self._count >= self.size or self._since is None
 
     def take(self, now: float, *, force: bool = False) -> int:
         """The count to report now (0: nothing due), and start the next batch."""
         with self._lock:
-            if self._count == 0 or not (
-                force or self._count >= self.size or now - self._since >= self.interval
-            ):
+            due = (
+                force
+                or self._count >= self.size
+                or self._since is None
+                or now - self._since >= self.interval
+            )
+            if self._count == 0 or not due:
                 return 0
             count, self._count, self._since = self._count, 0, now
             return count

@@ -409,7 +409,7 @@ class Pool:
         self._send("DELETE", f"/v1/leases/{lease_id}", None, lease=True)
 
     def _new_batch(self) -> OkBatch:
-        return OkBatch(self._report_interval, self._report_batch, self._clock())
+        return OkBatch(self._report_interval, self._report_batch)
 
     def _flush_all(self) -> None:
         for lease in list(self._paced):
