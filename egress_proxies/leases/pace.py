@@ -300,9 +300,8 @@ def probe_wait(limit: float, limits: PaceLimits) -> float:
 
 
 def measured(state: PaceState, ok: int, now: float) -> float:
-    """What the site accepted from a pair in slow start, in requests/s, over the second or
-    more up to now (0.0: not a second yet). Reports closer together add up: clients
-    report about every second, so one report in two comes a little under one."""
+    """What the site accepted from a pair in slow start, in requests/s, over MEASURED_OVER
+    seconds or more up to now (0.0: not that long yet). Reports closer together add up."""
     if state.counted_from is None:
         state.counted, state.counted_from = 0, now  # the first report's span is unknown
         return 0.0
