@@ -51,19 +51,19 @@ def turns(bucket: TokenBucket, now: float, waiters: int) -> list[float]:
 def test_the_bucket_spaces_turns_at_its_rate_after_the_burst() -> None:
     bucket = TokenBucket(pace(4.0, burst=2), now=0.0)
     assert turns(bucket, 0.0, 4) == [0.0, 0.25, 0.5, 0.75], "it starts with one token"
-    assert turns(bucket, 10.0, 3) == [10.0, 10.0, 10.23], (
-        "idle time refills it, up to the burst and 20 ms' worth (0.08 token at 4/s)"
+    assert turns(bucket, 10.0, 3) == [10.0, 10.0, 10.24], (
+        "idle time refills it, up to the burst and 10 ms' worth (0.04 token at 4/s)"
     )
 
 
-def test_a_late_turn_is_made_up_for_by_up_to_20_ms() -> None:
+def test_a_late_turn_is_made_up_for_by_up_to_10_ms() -> None:
     bucket = TokenBucket(pace(10.0), now=0.0)
     assert bucket.take(0.0) == 0.0
-    assert bucket.take(0.115) == 0.0, "15 ms late"
-    assert bucket.take(0.2) == 0.0, "on time: the 15 ms made up for"
+    assert bucket.take(0.108) == 0.0, "8 ms late"
+    assert bucket.take(0.2) == 0.0, "on time: the 8 ms made up for"
     assert bucket.take(0.35) == 0.0, "50 ms late"
-    assert bucket.take(0.43) == pytest.approx(0.0), "20 ms of it made up for"
-    assert bucket.take(0.5) == pytest.approx(0.03), "no more"
+    assert bucket.take(0.44) == pytest.approx(0.0), "10 ms of it made up for"
+    assert bucket.take(0.5) == pytest.approx(0.04), "no more"
 
 
 def test_peeking_at_the_next_turn_takes_nothing_and_counts_the_waiters() -> None:
@@ -284,7 +284,7 @@ async def test_the_bucket_holds_its_rate_against_a_local_origin() -> None:
     finally:
         await runner.cleanup()
     per_second = [sum(1 for t in arrivals if start <= t < start + 1.0) for start in arrivals]
-    # A full bucket starts with one turn, then refills at `rate` (and 20 ms' worth more for
+    # A full bucket starts with one turn, then refills at `rate` (and 10 ms' worth more for
     # late turns): at most rate + 1 in a second (one more for arrivals delivered late).
     assert max(per_second) <= rate + 2, per_second
     assert per_second[0] >= rate - 1, "eight workers keep it busy: it sends at its pace"
