@@ -44,10 +44,11 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   site pay one rate limit to find its limit, not one each (at 1 request/s that
   was one answer in 40 per proxy). One pair probes for a target at a time too:
   while one raises the target's pace above the cruise below its limit, the
-  others hold their cruise; a pair whose probe is due after another's probe
-  settled takes the target's next probe time, and its limit when higher (the
-  cruise below it at once). So a probe costs the target one rate limit, not one
-  per proxy.
+  others due to probe follow it one step behind (its pace before its last raise,
+  which the site accepted); once its probe settled they take the target's next
+  probe time, its limit when higher, and the cruise below the limit. So a probe
+  costs the target one rate limit, not one per proxy, and a raised limit is
+  found as fast as when each pair probed.
 
 The learned pace stays within [floor, ceiling], and below a target's per-proxy
 bound. The target's own pace (the last pace a proxy was lowered to, or raised to
@@ -238,11 +239,11 @@ def raised(
     limits: PaceLimits,
     cap: float,
     trail: float | None = None,
-    may_probe: bool = True,
+    follow: float | None = None,
 ) -> bool:
     """Apply `count` accepted requests (`trail`: where slow start goes behind another
-    pair's exploring, see `trailing`; `may_probe`: False while another pair probes, see
-    `probed`); True when the pace changed."""
+    pair's exploring, see `trailing`; `follow`: where a pair due to probe goes while
+    another pair probes, see `following`); True when the pace changed."""
     if now < state.hold_until or state.rate >= cap:
         return False
     seconds = min(count / state.rate, _MOST_SECONDS)
@@ -250,8 +251,8 @@ def raised(
         rate = state.rate * SLOW_START_GROWTH**seconds if trail is None else trail
     elif state.rate < (cruise := limits.cruise * state.limit):
         rate = min(cruise, state.rate * GROWTH**seconds)
-    elif now >= state.probe_at and may_probe:
-        rate = state.rate * (1 + limits.increase) ** seconds
+    elif now >= state.probe_at:
+        rate = state.rate * (1 + limits.increase) ** seconds if follow is None else follow
     else:
         return False
     rate = min(cap, rate)
@@ -328,33 +329,35 @@ def trailing(state: PaceState, fleet: PaceState, now: float) -> float | None:
     return max(state.rate, fleet.accepted)
 
 
-def probed(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> bool:
-    """True while another pair probes the target: it raised the target's pace (`fleet`)
-    above the cruise below the target's limit within the last EXPLORING seconds, above
-    this pair's pace."""
-    return (
+def following(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> float | None:
+    """Where a pair due to probe goes while another pair probes the target (raised the
+    target's pace, `fleet`, above the cruise below the target's limit within the last
+    EXPLORING seconds, above this pair's): the prober's pace before its last raise, which
+    the site accepted, and no higher. None: nobody else probes (the pair probes itself)."""
+    probing = (
         fleet.limit is not None
         and fleet.rate > limits.cruise * fleet.limit
         and now - fleet.changed_at < EXPLORING
         and state.rate < fleet.rate
     )
+    if not probing:
+        return None
+    return max(state.rate, fleet.before or state.rate)
 
 
 def adopted(state: PaceState, fleet: PaceState, now: float, limits: PaceLimits) -> None:
     """A pair takes what the fleet found for its target. In slow start: the limit, and the
     cruise below it, down from above or up from below at once (the site accepted the limit
     from another address, and it limits each address alike). Once its own probe is due:
-    a probe another pair settled since (the target's next probe time is later than now),
-    its next probe time, and its limit with the cruise below it when higher."""
+    a probe another pair settled since (the target's next probe time is later than now):
+    its next probe time, its limit when higher, and the cruise below the limit (from
+    wherever following the prober took the pair)."""
     if fleet.limit is None:
         return
     if state.limit is None:
         state.limit, state.probe_at = fleet.limit, fleet.probe_at
     elif now >= state.probe_at and fleet.probe_at > now:
-        state.probe_at = fleet.probe_at
-        if fleet.limit <= state.limit:
-            return
-        state.limit = fleet.limit
+        state.probe_at, state.limit = fleet.probe_at, max(state.limit, fleet.limit)
     else:
         return
     if state.rate != (cruise := max(limits.floor, limits.cruise * state.limit)):
@@ -443,16 +446,16 @@ class Paces:
             accepted_rate = measured(state, ok, now)
         bounds = self.limits.bounds_for(target)
         fleet = self._targets.get(target) if target is not None else None
-        trail, may_probe = None, True
+        trail = follow = None
         if fleet is not None:
             adopted(state, fleet.state, now, self.limits)
             trail = trailing(state, fleet.state, now)
-            may_probe = not probed(state, fleet.state, now, self.limits)
+            follow = following(state, fleet.state, now, self.limits)
         if rate_limited:
             changed = lowered(state, now, retry_after, self.limits, accepted)
         else:
             cap = self.limits.cap_for(bounds)
-            changed = raised(state, ok, now, self.limits, cap, trail, may_probe)
+            changed = raised(state, ok, now, self.limits, cap, trail, follow)
         self._touch(self._pairs, (key, target), state, now)
         if target is None:
             return state

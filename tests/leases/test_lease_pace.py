@@ -269,11 +269,15 @@ async def test_one_pair_probes_for_the_target_and_the_others_take_what_it_found(
     assert rate(await rate_limited(store, a, accepted=10)) == 9.5, "a found 10/s"
     assert rate(await ok(store, b, 1)) == rate(await ok(store, c, 1)) == 9.5, "b and c took it"
     clock.advance(30.0)
-    assert rate(await ok(store, a, 10)) > 9.5, "a probes"
+    probe = rate(await ok(store, a, 10))
+    assert probe > 9.5, "a probes"
     assert rate(await ok(store, b, 10)) == 9.5, "b holds while a probes"
+    clock.advance(1.0)
+    assert rate(await ok(store, a, 10)) > probe
+    assert rate(await ok(store, b, 10)) == probe, "and follows it where the site said ok"
     clock.advance(0.5)
     assert rate(await rate_limited(store, a, accepted=10)) < 9.5, "a's probe: 10/s still"
-    assert rate(await ok(store, b, 10)) == 9.5, "b takes a's next probe time"
+    assert rate(await ok(store, b, 10)) == 9.5, "b takes a's next probe time, and the cruise"
     assert rate(await ok(store, c, 10)) == 9.5, "so does c"
     clock.advance(29.0)
     assert rate(await ok(store, b, 10)) == 9.5, "no probe of its own before a's next"
@@ -553,6 +557,37 @@ async def test_the_redis_store_keeps_a_count_of_accepted_requests_across_a_resta
         await ok(after, explorer, 6)
         newcomer = granted(await after.acquire(candidates, SITE, 60))
         assert rate(newcomer.pace) == 5.0, "8 accepted in 1.6 s, counted on both sides"
+    finally:
+        await after.close()
+
+
+async def test_the_redis_store_keeps_a_probe_going_across_a_restart(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock
+) -> None:
+    def open_store() -> RedisLeaseStore:
+        return RedisLeaseStore(
+            redis_server.url,
+            prefix=redis_prefix,
+            timeout=2.0,
+            limits=LeaseLimits(pace=PaceLimits(start=1.0, cruise=0.95, probe_after=30)),
+            clock=clock,
+        )
+
+    before = open_store()
+    candidates = pool(record("a"), record("b"))
+    a, b = [granted(await before.acquire(candidates, SITE, 60)) for _ in range(2)]
+    await ok(before, a, 2)
+    await rate_limited(before, a, accepted=10)
+    await ok(before, b, 1)
+    clock.advance(30.0)
+    probe = rate(await ok(before, a, 10))
+    await before.close()
+    after = open_store()
+    try:
+        assert rate(await ok(after, b, 10)) == 9.5, "a probes: b holds"
+        clock.advance(1.0)
+        assert rate(await ok(after, a, 10)) > probe
+        assert rate(await ok(after, b, 10)) == probe, "b follows where a was accepted"
     finally:
         await after.close()
 

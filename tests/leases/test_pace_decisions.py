@@ -1,6 +1,6 @@
 """The pace's decisions as pure functions of plain values: when a pair probes above its limit
-(one pair of a target at a time), how a target's pairs in slow start trail the one exploring
-it, and how what the site accepted is measured over reports."""
+(one pair of a target at a time, the others following it), how a target's pairs in slow start
+trail the one exploring it, and how what the site accepted is measured over reports."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from egress_proxies.leases.pace import (
     Paces,
     PaceState,
     adopted,
+    following,
     lowered,
     measured,
     probe_wait,
-    probed,
     raised,
     trailing,
 )
@@ -93,15 +93,18 @@ def test_counts_add_up_over_reports_until_a_second_has_passed() -> None:
     assert measured(state, 2, now=2.55) == pytest.approx(4 / 0.95), "a second, less jitter"
 
 
-def test_a_pair_holds_its_cruise_while_another_probes_above_it() -> None:
-    fleet = PaceState(rate=10.0, limit=10.0, changed_at=5.0)  # a pair probed it to 10 at 5 s
+def test_a_pair_due_to_probe_follows_another_probing_one_step_behind() -> None:
+    fleet = PaceState(rate=10.0, limit=10.0, changed_at=5.0, before=9.8)  # probed 9.8 -> 10
     cruising = PaceState(rate=9.5, limit=10.0, probe_at=4.0)
-    assert probed(cruising, fleet, now=6.0, limits=LIMITS)
-    assert not raised(cruising, 10, 6.0, LIMITS, cap=50.0, may_probe=False), "no probe"
-    assert not probed(PaceState(rate=10.0, limit=10.0), fleet, 6.0, LIMITS), "the prober itself"
-    assert not probed(cruising, fleet, now=5.0 + EXPLORING, limits=LIMITS), "the prober stopped"
-    at_cruise = PaceState(rate=9.5, limit=10.0, changed_at=5.0)
-    assert not probed(cruising, at_cruise, now=6.0, limits=LIMITS), "nobody above the cruise"
+    assert following(cruising, fleet, now=6.0, limits=LIMITS) == 9.8, "where the site said ok"
+    assert raised(cruising, 10, 6.0, LIMITS, cap=50.0, follow=9.8)
+    assert cruising.rate == 9.8, "not 5 % up on its own"
+    first_raise = PaceState(rate=9.975, limit=10.0, changed_at=5.0, before=9.5)
+    assert following(cruising, first_raise, 6.0, LIMITS) == 9.8, "never down"
+    assert following(PaceState(rate=10.0, limit=10.0), fleet, 6.0, LIMITS) is None, "the prober"
+    assert following(cruising, fleet, now=5.0 + EXPLORING, limits=LIMITS) is None, "it stopped"
+    at_cruise = PaceState(rate=9.5, limit=10.0, changed_at=5.0, before=9.0)
+    assert following(cruising, at_cruise, now=6.0, limits=LIMITS) is None, "nobody above it"
 
 
 def test_a_pair_due_to_probe_takes_the_probe_another_settled() -> None:
@@ -109,6 +112,9 @@ def test_a_pair_due_to_probe_takes_the_probe_another_settled() -> None:
     due = PaceState(rate=9.5, limit=10.0, probe_at=35.0)
     adopted(due, fleet, now=36.0, limits=LIMITS)
     assert (due.rate, due.limit, due.probe_at) == (9.5, 10.0, 40.0), "its next probe time"
+    followed = PaceState(rate=9.9, limit=10.0, probe_at=35.0)
+    adopted(followed, fleet, now=36.0, limits=LIMITS)
+    assert (followed.rate, followed.probe_at) == (9.5, 40.0), "back to the cruise"
     higher = PaceState(rate=11.4, limit=12.0, probe_at=40.0)
     adopted(due, higher, now=36.0, limits=LIMITS)
     assert (due.rate, due.limit) == (9.5, 10.0), "not due any more"

@@ -102,9 +102,10 @@ end
 -- The pace (leases/pace.py, the same algorithm). Keys under the base:
 --   pace:<key>      hash  <f> = "rate lowered_at|- hold_until touched_at limit|- probe_at
 --                         changed_at before|- counted_from|- counted" per target field
---   tpace:<target>  string "rate touched_at limit|- probe_at changed_at accepted": where a
---                          proxy new to the target starts, when its rate last moved, and
---                          the most requests/s its pairs in slow start had accepted
+--   tpace:<target>  string "rate touched_at limit|- probe_at changed_at accepted before|-":
+--                          where a proxy new to the target starts, when its rate last moved
+--                          and from what, and the most requests/s its pairs in slow start
+--                          had accepted
 --   tlease:<target> zset  active lease id -> expires at, per target
 --   pheld           hash  "<key>\n<f>" -> active leases on the pair
 --   want:<target>   string "held until": the leases held by the crawler last refused
@@ -195,7 +196,7 @@ local function change(state, rate, now)
 end
 
 -- pace.py's `raised`: the new rate after `count` accepted requests, or nil (unchanged).
-local function raised_rate(state, count, now, P, cap, trail, may_probe)
+local function raised_rate(state, count, now, P, cap, trail, follow)
   if now < state.hold or state.rate >= cap then return nil end
   local seconds = math.min(count / state.rate, MOST_SECONDS)
   local rate
@@ -204,8 +205,9 @@ local function raised_rate(state, count, now, P, cap, trail, may_probe)
     if trail == nil then rate = state.rate * SLOW_START_GROWTH ^ seconds end
   elseif state.rate < P.cruise * state.limit then
     rate = math.min(P.cruise * state.limit, state.rate * GROWTH ^ seconds)
-  elseif now >= state.probe and may_probe then
-    rate = state.rate * (1 + P.increase) ^ seconds
+  elseif now >= state.probe then
+    rate = follow
+    if follow == nil then rate = state.rate * (1 + P.increase) ^ seconds end
   else
     return nil
   end
@@ -251,7 +253,7 @@ local function fleet_pace(target, now, P)
   if tonumber(w[2]) + P.memory <= now then return nil end
   return {rate = tonumber(w[1]), limit = w[3] and tonumber(w[3]),
     probe = tonumber(w[4] or '0'), changed = tonumber(w[5] or '0'),
-    accepted = tonumber(w[6] or '0')}
+    accepted = tonumber(w[6] or '0'), before = w[7] and tonumber(w[7])}
 end
 
 -- pace.py's `measured`: what the site accepted from a pair in slow start (requests/s)
@@ -277,10 +279,14 @@ local function trailing(state, fleet, now)
   return math.max(state.rate, fleet.accepted)
 end
 
--- pace.py's `probed`: another pair probes the target above the cruise below its limit.
-local function probed(state, fleet, now, P)
-  return fleet ~= nil and fleet.limit ~= nil and fleet.rate > P.cruise * fleet.limit
-    and now - fleet.changed < EXPLORING and state.rate < fleet.rate
+-- pace.py's `following`: while another pair probes the target above the cruise below
+-- its limit, its pace before its last raise (no higher), else nil (probe itself).
+local function following(state, fleet, now, P)
+  if fleet == nil or fleet.limit == nil or fleet.rate <= P.cruise * fleet.limit
+      or now - fleet.changed >= EXPLORING or state.rate >= fleet.rate then
+    return nil
+  end
+  return math.max(state.rate, fleet.before or state.rate)
 end
 
 -- pace.py's `adopted`: a pair takes what the fleet found for its target: in slow start
@@ -291,9 +297,7 @@ local function adopt(state, fleet, now, P)
   if state.limit == nil then
     state.limit, state.probe = fleet.limit, fleet.probe
   elseif now >= state.probe and fleet.probe > now then
-    state.probe = fleet.probe
-    if fleet.limit <= state.limit then return end
-    state.limit = fleet.limit
+    state.probe, state.limit = fleet.probe, math.max(state.limit, fleet.limit)
   else
     return
   end
@@ -322,7 +326,7 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
       changed = true
     end
   else
-    local rate = raised_rate(state, count, now, P, cap, trail, not probed(state, fleet, now, P))
+    local rate = raised_rate(state, count, now, P, cap, trail, following(state, fleet, now, P))
     if rate then
       change(state, rate, now)
       changed = true
@@ -338,19 +342,21 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
     -- Unchanged (held behind the explorer): only the measurement reaches the target.
     redis.call('SET', B .. 'tpace:' .. target, fmt(fleet.rate) .. ' ' .. fmt(now) .. ' ' ..
       or_dash(fleet.limit) .. ' ' .. fmt(fleet.probe) .. ' ' .. fmt(fleet.changed) .. ' ' ..
-      fmt(measured), 'PX', math.ceil(P.memory * 1000))
+      fmt(measured) .. ' ' .. or_dash(fleet.before), 'PX', math.ceil(P.memory * 1000))
   end
   if changed and target ~= '' then
     local tkey = B .. 'tpace:' .. target
-    local rate, limit, probe, moved, most = state.rate, nil, 0, now, measured
+    local rate, limit, probe, moved, most, before = state.rate, nil, 0, now, measured, nil
     if rate_limited then limit, probe = state.limit, state.probe end
     local t = redis.call('GET', tkey)
     if t then
       local w = words(t)
       local known = tonumber(w[1])
       if tonumber(w[2]) + P.memory > now then
-        if not (rate_limited and rate < known or not rate_limited and rate > known) then
-          rate, moved = known, tonumber(w[5] or '0')
+        if rate_limited and rate < known or not rate_limited and rate > known then
+          before = known
+        else
+          rate, moved, before = known, tonumber(w[5] or '0'), w[7] and tonumber(w[7])
         end
         most = math.max(most, tonumber(w[6] or '0'))
         if not rate_limited then
@@ -359,6 +365,7 @@ local function record_pace(key, target, now, P, cap, rate_limited, count, retry_
       end
     end
     redis.call('SET', tkey, fmt(rate) .. ' ' .. fmt(now) .. ' ' .. or_dash(limit) .. ' ' ..
-      fmt(probe) .. ' ' .. fmt(moved) .. ' ' .. fmt(most), 'PX', math.ceil(P.memory * 1000))
+      fmt(probe) .. ' ' .. fmt(moved) .. ' ' .. fmt(most) .. ' ' .. or_dash(before),
+      'PX', math.ceil(P.memory * 1000))
   end
 end
