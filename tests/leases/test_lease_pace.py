@@ -44,6 +44,19 @@ def paced(make_store: MakeStore, *targets: TargetBounds, **pace: Any) -> LeaseSt
     return make_store(pace=PaceLimits(targets=targets, **pace))
 
 
+def redis_paced(
+    redis_server: RedisServer, redis_prefix: str, clock: ManualClock, limits: PaceLimits
+) -> RedisLeaseStore:
+    """A Redis store on `redis_prefix` with these pace limits, on the test's clock."""
+    return RedisLeaseStore(
+        redis_server.url,
+        prefix=redis_prefix,
+        timeout=2.0,
+        limits=LeaseLimits(pace=limits),
+        clock=clock,
+    )
+
+
 async def ok(store: LeaseStore, lease: Lease, count: int) -> Pace:
     return await _report(store, lease.lease_id, ReportResult.OK, count=count)
 
@@ -504,13 +517,7 @@ async def test_the_redis_store_keeps_the_pace_across_a_restart(
     limits = PaceLimits(start=1.0, increase=0.5, decrease=0.5)
 
     def open_store() -> RedisLeaseStore:
-        return RedisLeaseStore(
-            redis_server.url,
-            prefix=redis_prefix,
-            timeout=2.0,
-            limits=LeaseLimits(pace=limits),
-            clock=clock,
-        )
+        return redis_paced(redis_server, redis_prefix, clock, limits)
 
     before = open_store()
     candidates = pool(record("a"), record("b"))
@@ -536,13 +543,7 @@ async def test_the_redis_store_keeps_a_count_of_accepted_requests_across_a_resta
     redis_server: RedisServer, redis_prefix: str, clock: ManualClock
 ) -> None:
     def open_store() -> RedisLeaseStore:
-        return RedisLeaseStore(
-            redis_server.url,
-            prefix=redis_prefix,
-            timeout=2.0,
-            limits=LeaseLimits(pace=PaceLimits(start=1.0)),
-            clock=clock,
-        )
+        return redis_paced(redis_server, redis_prefix, clock, PaceLimits(start=1.0))
 
     before = open_store()
     candidates = pool(record("a"), record("b"))
@@ -565,12 +566,8 @@ async def test_the_redis_store_keeps_a_probe_going_across_a_restart(
     redis_server: RedisServer, redis_prefix: str, clock: ManualClock
 ) -> None:
     def open_store() -> RedisLeaseStore:
-        return RedisLeaseStore(
-            redis_server.url,
-            prefix=redis_prefix,
-            timeout=2.0,
-            limits=LeaseLimits(pace=PaceLimits(start=1.0, cruise=0.95, probe_after=30)),
-            clock=clock,
+        return redis_paced(
+            redis_server, redis_prefix, clock, PaceLimits(start=1.0, cruise=0.95, probe_after=30)
         )
 
     before = open_store()
@@ -595,13 +592,7 @@ async def test_the_redis_store_keeps_a_probe_going_across_a_restart(
 async def test_the_redis_store_counts_from_the_last_report_of_a_pace_written_before_counts(
     redis_server: RedisServer, redis_prefix: str, clock: ManualClock
 ) -> None:
-    store = RedisLeaseStore(
-        redis_server.url,
-        prefix=redis_prefix,
-        timeout=2.0,
-        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
-        clock=clock,
-    )
+    store = redis_paced(redis_server, redis_prefix, clock, PaceLimits(start=1.0))
     try:
         candidates = pool(record("a"), record("b"))
         explorer = granted(await store.acquire(candidates, SITE, 60))
@@ -639,13 +630,7 @@ async def test_a_pace_nobody_reports_on_is_forgotten(
 async def test_the_redis_store_reads_paces_written_before_limits_were_kept(
     redis_server: RedisServer, redis_prefix: str, clock: ManualClock
 ) -> None:
-    store = RedisLeaseStore(
-        redis_server.url,
-        prefix=redis_prefix,
-        timeout=2.0,
-        limits=LeaseLimits(pace=PaceLimits(start=1.0)),
-        clock=clock,
-    )
+    store = redis_paced(redis_server, redis_prefix, clock, PaceLimits(start=1.0))
     try:
         lease = granted(await store.acquire(pool(record("a")), SITE, 60))
         async with Redis.from_url(redis_server.url) as admin:
