@@ -72,7 +72,7 @@ SESSION_META = "egress_proxies_session"  # a key: the requests sharing it keep o
 REQUEUES_META = "egress_proxies_requeues"
 STATS_PREFIX = "egress_proxies"
 UNAVAILABLE_REASON = "egress_proxies_unavailable"
-# After a refusal or a 409 without Retry-After, a domain leases no more for this long.
+# After a refusal, or a 409 without Retry-After, a domain leases no more for this long.
 GROW_PAUSE = 5.0
 
 
@@ -411,7 +411,7 @@ class EgressProxiesMiddleware:
             # Slower, not elsewhere: the lease waits out Retry-After at its lowered pace.
             spread = self._spreads.get(domain)
             if spread is not None:
-                spread.hold_back(self._clock() + (refusal.retry_after or GROW_PAUSE))
+                spread.hold_back(self._clock() + max(refusal.retry_after or 0.0, GROW_PAUSE))
             try:
                 await lease.rate_limited(refusal.reason, refusal.retry_after)
             except EgressProxiesError as error:
