@@ -2,8 +2,8 @@
 
 - `reconcile`: the pure state machine (what to do next, from what was read);
 - `handlers`: its kopf registration and shell (reads, stack runs, writes);
-- `status`, `readiness`, `lifecycle`, `conditions`, `health_status`: what a
-  Proxy's status says and how it is written;
+- `status`, `readiness`, `lifecycle`, `health_status`: what a Proxy's status
+  says and how it is written;
 - `cloud_init`, `credentials`, `instances`: what a Proxy owns beside its stack;
 - `requeue`, `wakeup`: when a Proxy is looked at again;
 - `sharding`, `filters`: which Proxies this controller handles.

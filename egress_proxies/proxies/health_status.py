@@ -24,7 +24,7 @@ from egress_proxies.clock import Clock, SystemClock, k8s_time
 from egress_proxies.health.policy import HealthReport
 from egress_proxies.kube import KubeApiError
 from egress_proxies.model import HEALTHY, ConditionStatus, ProxyStatus
-from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.reconcile import set_condition
 from egress_proxies.proxies.standby import Gate, never_paused
 from egress_proxies.proxies.status import Mutation
 

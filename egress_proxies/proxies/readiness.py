@@ -31,7 +31,7 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.reconcile import set_condition
 
 # Reasons of the Ready condition (PermanentError and InstanceFailed are the Provisioned ones).
 AVAILABLE = "Available"

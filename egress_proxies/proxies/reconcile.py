@@ -15,6 +15,10 @@ A watched instance (a Squid pod) makes the Proxy Provisioned only once it
 is ready; one that died, was deleted, or cannot start within the policy's
 deadlines is replaced after a backoff that grows with each failure in a
 row, and each failure is an Event.
+
+How a condition is set (`set_condition`, `replace_condition`) lives here,
+beside the machine that sets Provisioned most; the health pump (Healthy)
+and the readiness summary (Ready, Reconciling, Stalled) set theirs with it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from egress_proxies.model import (
     PERMANENT_ERROR,
     PROVISIONED,
     Backoff,
+    Condition,
     ConditionStatus,
     Mode,
     ProviderName,
@@ -43,12 +48,10 @@ from egress_proxies.model import (
 )
 from egress_proxies.providers.instance import InstanceHealth, InstanceObservation
 from egress_proxies.proxies.backoff import DEFAULT_POLICY, RetryPolicy
-from egress_proxies.proxies.conditions import replace_condition, set_condition
-from egress_proxies.proxies.credentials import credentials_secret_name
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import ErrorClass, summarize_error
-from egress_proxies.stacks.naming import stack_name
+from egress_proxies.stacks.naming import credentials_secret_name, stack_name
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, SPEC_HASH_ANNOTATION
 
 QUOTA_RETRY_SECONDS = 300.0
@@ -538,3 +541,41 @@ def _with_condition(
             )
         }
     )
+
+
+def set_condition(
+    conditions: list[Condition],
+    kind: str,
+    state: ConditionStatus,
+    *,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None = None,
+) -> list[Condition]:
+    """The conditions with one type replaced (transition time kept when the status is unchanged)."""
+    previous = find_condition(conditions, kind)
+    since = previous.last_transition_time if previous and previous.status == state else now
+    updated = Condition(
+        type=kind,
+        status=state,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    return replace_condition(conditions, kind, updated)
+
+
+def replace_condition(
+    conditions: list[Condition], kind: str, condition: Condition | None
+) -> list[Condition]:
+    """The conditions with the one of type `kind` replaced in place, appended, or (None) removed.
+
+    In place: a list that changes order but not content would be a status write for nothing.
+    """
+    kept = [c for c in conditions if c.type != kind]
+    if condition is None:
+        return kept
+    at = next((i for i, c in enumerate(conditions) if c.type == kind), len(conditions))
+    return [*conditions[:at], condition, *conditions[at + 1 :]]

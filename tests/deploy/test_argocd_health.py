@@ -33,8 +33,8 @@ from egress_proxies.pool_model import ProxyPoolSpec
 from egress_proxies.pools.conditions import Round, pool_conditions
 from egress_proxies.pools.plan import Member, plan
 from egress_proxies.proxies import reconcile as machine
-from egress_proxies.proxies.conditions import set_condition
 from egress_proxies.proxies.readiness import summarize
+from egress_proxies.proxies.reconcile import set_condition
 from harness.kstatus import kstatus
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from egress_proxies.model import HEALTHY, PROVISIONED, ConditionStatus
-from egress_proxies.proxies.conditions import replace_condition, set_condition
+from egress_proxies.proxies.reconcile import replace_condition, set_condition
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,8 @@ import pytest
 from egress_proxies.catalog import proxy_key
 from egress_proxies.health import HealthReport
 from egress_proxies.model import HEALTHY, ConditionStatus, Phase, ProxyStatus, compute_phase
-from egress_proxies.proxies.conditions import set_condition
 from egress_proxies.proxies.health_status import apply_health
-from egress_proxies.proxies.reconcile import owned_status
+from egress_proxies.proxies.reconcile import owned_status, set_condition
 
 pytestmark = pytest.mark.unit
 

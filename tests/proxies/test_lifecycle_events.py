@@ -15,9 +15,9 @@ from egress_proxies.model import (
 )
 from egress_proxies.proxies import lifecycle
 from egress_proxies.proxies import reconcile as machine
-from egress_proxies.proxies.conditions import set_condition
 from egress_proxies.proxies.lifecycle import lifecycle_events
 from egress_proxies.proxies.readiness import summarize
+from egress_proxies.proxies.reconcile import set_condition
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,8 @@ from egress_proxies.model import (
 )
 from egress_proxies.proxies import readiness
 from egress_proxies.proxies import reconcile as machine
-from egress_proxies.proxies.conditions import set_condition
 from egress_proxies.proxies.readiness import summarize
+from egress_proxies.proxies.reconcile import set_condition
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,7 @@ from egress_proxies.model import (
     ProxyStatus,
     find_condition,
 )
-from egress_proxies.proxies.conditions import set_condition
+from egress_proxies.proxies.reconcile import set_condition
 from egress_proxies.proxies.status import StatusWriter
 from egress_proxies.vocabulary import DRAINING_ANNOTATION
 
