@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from egress_proxies.clock import parse_k8s_time
+from egress_proxies.kube.resources import PODS
 from egress_proxies.providers.instance import (
     UNKNOWN_CREATION,
     InstanceHealth,
@@ -39,6 +40,12 @@ _CAUSE_LIMIT = 400
 def pod_instance_id(namespace: str, name: str) -> str:
     """The inventory id of a pod (`pods/<namespace>/<name>`), as the stack exports it."""
     return f"pods/{namespace}/{name}"
+
+
+def pod_path(instance_id: str) -> str:
+    """The API path of the pod an inventory id names (the inverse of `pod_instance_id`)."""
+    _, namespace, name = instance_id.split("/", 2)
+    return PODS.path(namespace, name)
 
 
 def observe_pod(pod: Mapping[str, Any]) -> InstanceObservation:

@@ -1,7 +1,8 @@
 """The Proxy controller: one Proxy's machine, its kopf shell, and what it writes.
 
 - `reconcile`: the pure state machine (what to do next, from what was read);
-- `handlers`: its kopf registration and shell (reads, stack runs, writes);
+- `handlers`: its kopf registration; `shell`: one reconcile, reading through
+  `observe` and acting through `effects` (writes, stack runs);
 - `status`, `readiness`, `lifecycle`, `health_status`: what a Proxy's status
   says and how it is written;
 - `cloud_init`, `credentials`, `instances`: what a Proxy owns beside its stack;

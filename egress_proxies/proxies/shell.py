@@ -2,14 +2,13 @@
 
 Nothing here decides: `reconcile.py` returns the whole `Decision` (status,
 annotations, Events, the stack operation, the retry), and `reconcile_proxy` /
-`delete_proxy` carry it out; the shard rules (`sharding.py`) and the
-cloud-init rules (`cloud_init.py`) are pure functions asked the same way.
+`delete_proxy` carry it out, in order: read (`observe.py`), decide, act
+(`effects.py`); the shard rules (`sharding.py`) are pure functions asked the
+same way. The helpers do not call back here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,29 +19,17 @@ from pydantic import ValidationError
 
 from egress_proxies.catalog import proxy_key
 from egress_proxies.kube import ConflictError, NotFoundError
-from egress_proxies.kube.resources import PODS, PROXIES
+from egress_proxies.kube.resources import PROXIES
 from egress_proxies.leases import StoreUnavailableError
-from egress_proxies.model import (
-    ProviderName,
-    ProxySpec,
-    ProxyStatus,
-    with_squid_image,
-)
-from egress_proxies.providers.instance import InstanceObservation
-from egress_proxies.providers.pods import gone, observe_pod
-from egress_proxies.proxies import cloud_init
+from egress_proxies.model import ProxySpec, ProxyStatus
+from egress_proxies.proxies import effects
 from egress_proxies.proxies import reconcile as machine
 from egress_proxies.proxies import sharding as shard_rules
 from egress_proxies.proxies.components import Components
-from egress_proxies.proxies.credentials import (
-    credentials_secret_name,
-    delete_credentials,
-    ensure_credentials,
-)
+from egress_proxies.proxies.credentials import delete_credentials
+from egress_proxies.proxies.observe import observe, stack_holds_instance
 from egress_proxies.proxies.status import status_of
-from egress_proxies.stacks import outputs as stack_outputs
-from egress_proxies.stacks.inputs import ProgramInputs
-from egress_proxies.stacks.naming import instance_name, stack_name
+from egress_proxies.stacks.naming import stack_name
 from egress_proxies.stacks.runner import StackOperationError
 from egress_proxies.vocabulary import (
     RECONCILE_HANDLED_ANNOTATION,
@@ -51,8 +38,6 @@ from egress_proxies.vocabulary import (
 )
 
 logger = logging.getLogger(__name__)
-
-_POD_GONE_TIMEOUT = 30.0
 
 
 async def release(c: Components, body: kopf.Body) -> None:
@@ -139,48 +124,6 @@ def reconcile_requested(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def _observe(
-    c: Components, view: machine.ProxyView, body: Mapping[str, Any]
-) -> machine.Observed:
-    stack = await c.runner.state(stack_name(view.namespace, view.name))
-    instance_id = (
-        stack_outputs.text(stack.outputs, stack_outputs.INSTANCE_ID) if stack is not None else None
-    )
-    watched = view.spec.provider == ProviderName.KUBERNETES and isinstance(instance_id, str)
-    observed = machine.Observed(
-        stack=stack,
-        instance_missing=view.reconcile_request is not None,
-        watches_instances=watched,
-        instance=await _instance(c, view, str(instance_id)) if watched else None,
-        provider_enabled=view.spec.provider in c.programs,
-    )
-    ref = view.spec.cloud_init
-    if ref is None:
-        return observed
-    secret = ref.secret_ref.name
-    read = cloud_init.read(view.namespace, secret, c.fleet.secret(view.namespace, secret))
-    return dataclasses.replace(observed, cloud_init=read.text, cloud_init_error=read.error)
-
-
-async def _instance(
-    c: Components, view: machine.ProxyView, instance_id: str
-) -> InstanceObservation:
-    """The stack's pod as the watch last saw it; read directly if the watch has not shown it."""
-    seen = c.instances.get(view.uid, instance_id)
-    if seen is not None:
-        return seen
-    try:
-        pod = await c.client.get(_pod_path(instance_id))
-    except NotFoundError:
-        return gone("missing", instance_id)
-    return observe_pod(pod)
-
-
-def _pod_path(instance_id: str) -> str:
-    _, namespace, name = instance_id.split("/", 2)
-    return PODS.path(namespace, name)
-
-
 async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: kopf.Patch) -> None:
     """Observe a Proxy, ask the state machine, carry out its decision (and the outcome's)."""
     body = dict(kopf_body)
@@ -191,126 +134,24 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
         raise kopf.PermanentError(f"invalid spec: {error}") from None
     c.requeue.cancel(view.namespace, view.name)
     await _drop_unsharded_finalizer(c, body)
-    observed = await _observe(c, view, body)
+    observed = await observe(c, view, body)
     decision = machine.decide(view, observed, c.clock.utcnow(), c.policy)
-    await _record(c, kopf_body, patch, decision)
+    await effects.record(c, kopf_body, patch, decision)
     if decision.action == machine.Action.UP:
         if decision.replace_instance is not None:
-            await _remove_instance(c, view, decision.replace_instance)
-        decision = await _up(c, body, replace(view, status=decision.status), observed, decision)
-        await _record(c, kopf_body, patch, decision)
+            await effects.remove_instance(c, view, decision.replace_instance)
+        up_view = replace(view, status=decision.status)
+        decision = await effects.run_up(c, body, up_view, observed, decision)
+        await effects.record(c, kopf_body, patch, decision)
     claim = shard_rules.claim(c.shard, meta.get("annotations") or {})
     if claim is not None:
-        holds = await _stack_holds_instance(c, view)
+        holds = await stack_holds_instance(c, view)
         for key, value in claim.annotations(stack_holds_instance=holds).items():
             patch.metadata.annotations[key] = value
     if decision.permanent:
         raise kopf.PermanentError(decision.failure)
     if decision.retry_after is not None:
         c.requeue.after(view.namespace, view.name, decision.retry_after)
-
-
-async def _stack_holds_instance(c: Components, view: machine.ProxyView) -> bool:
-    """Whether this operator's stack of the Proxy now records an instance."""
-    state = await c.runner.state(stack_name(view.namespace, view.name))
-    return state is not None and bool(stack_outputs.text(state.outputs, stack_outputs.INSTANCE_ID))
-
-
-async def _record(
-    c: Components, body: Mapping[str, Any], patch: kopf.Patch, decision: machine.Decision
-) -> None:
-    """Write the decision's status, set its annotations, post its Events."""
-    await c.writer.update(body, decision.owned_status)
-    for key, value in decision.annotations.items():
-        patch.metadata.annotations[key] = value
-    for event in decision.events:
-        c.post_event(body, event)
-
-
-async def _remove_instance(
-    c: Components, view: machine.ProxyView, instance: InstanceObservation
-) -> None:
-    """Delete a dead pod (this incarnation only) and wait until its name is free again.
-
-    After `_POD_GONE_TIMEOUT` it logs a warning naming the Proxy and the pod
-    and returns; the caller goes on to `up`, which refreshes first and so
-    reads the pod as it then is.
-    """
-    c.instances.retire(view.uid, instance.key)
-    path = _pod_path(instance.instance_id)
-    # Gone already, or another incarnation by now: either way this one is not there.
-    with contextlib.suppress(NotFoundError, ConflictError):
-        await c.client.request(
-            "DELETE", path, body={"gracePeriodSeconds": 0, "preconditions": {"uid": instance.key}}
-        )
-    deadline = c.clock.monotonic() + _POD_GONE_TIMEOUT
-    while c.clock.monotonic() < deadline:
-        try:
-            pod = await c.client.get(path)
-        except NotFoundError:
-            return
-        if pod["metadata"]["uid"] != instance.key:
-            return
-        await c.clock.sleep(0.5)
-    logger.warning(
-        "%s/%s: gave up waiting for the replaced pod %s (uid %s) to be deleted after %.0f s; "
-        "running up anyway",
-        view.namespace,
-        view.name,
-        instance.instance_id,
-        instance.key,
-        _POD_GONE_TIMEOUT,
-    )
-
-
-async def _up(
-    c: Components,
-    body: dict[str, Any],
-    view: machine.ProxyView,
-    observed: machine.Observed,
-    decision: machine.Decision,
-) -> machine.Decision:
-    """Run `up` as decided; the state machine's decision on its outcome."""
-    provider = view.spec.provider
-    assert provider is not None and decision.spec_hash is not None  # decide() checked both
-    wanted_hash = decision.spec_hash
-    program = c.programs[provider]
-    secret = c.fleet.secret(view.namespace, credentials_secret_name(view.uid))
-    inputs = ProgramInputs(
-        namespace=view.namespace,
-        name=view.name,
-        uid=view.uid,
-        instance_name=instance_name(view.uid),
-        spec=with_squid_image(view.spec, c.squid_image),
-        credentials=await ensure_credentials(
-            c.client, body, secret, c.shard.labels if c.shard else None
-        ),
-        cloud_init=observed.cloud_init,
-        shard=c.shard.name if c.shard else None,
-        discovery_url=c.proxy_discovery_url,
-    )
-    stack = stack_name(view.namespace, view.name)
-
-    async def up(inputs: ProgramInputs) -> Mapping[str, Any]:
-        run = stack_outputs.bind(program, inputs, spec_hash=wanted_hash, provider=str(provider))
-        with c.stack_metrics.measure("up"), c.spans.stack_operation("up", stack):
-            return await c.runner.up(stack, view.uid, run, refresh=decision.refresh)
-
-    try:
-        try:
-            outputs = await up(inputs)
-        except StackOperationError as error:
-            adopt = await c.adopt(view.uid, error.text) if c.adopt else None
-            if adopt is None:
-                raise
-            logger.warning("stack %s: adopting %s, left by an unfinished up", stack, adopt)
-            outputs = await up(replace(inputs, adopt_instance=adopt))
-    except StackOperationError as error:
-        logger.warning("stack %s: up failed: %s", stack, error.text[-500:])
-        return machine.after_failure(
-            view, c.classify(error.text), error.text, c.clock.utcnow(), c.policy
-        )
-    return machine.after_up(view, outputs, stack, c.clock.utcnow(), wanted_hash)
 
 
 async def delete_proxy(c: Components, body: dict[str, Any]) -> None:

@@ -50,12 +50,13 @@ from egress_proxies.proxies import shell as shell_module
 from egress_proxies.proxies.backoff import RetryPolicy
 from egress_proxies.proxies.components import Components
 from egress_proxies.proxies.credentials import credentials_secret_name
+from egress_proxies.proxies.effects import remove_instance
 from egress_proxies.proxies.handlers import register
 from egress_proxies.proxies.instances import InstanceCache
 from egress_proxies.proxies.ports import JsonObject
 from egress_proxies.proxies.requeue import Requeue
 from egress_proxies.proxies.sharding import Shard
-from egress_proxies.proxies.shell import _remove_instance, delete_proxy, reconcile_proxy
+from egress_proxies.proxies.shell import delete_proxy, reconcile_proxy
 from egress_proxies.stacks import outputs as stack_outputs
 from egress_proxies.stacks.backends import StackState
 from egress_proxies.stacks.errors import classify
@@ -377,8 +378,8 @@ async def test_a_dead_pod_that_outlives_the_wait_is_logged_before_up_goes_on(
         "crawl", "p1", "uid-1", 1, ProxySpec.model_validate(GCE), ProxyStatus()
     )
 
-    with caplog.at_level(logging.WARNING, logger="egress_proxies.proxies.shell"):
-        removing = asyncio.create_task(_remove_instance(shell.components, view, dead))
+    with caplog.at_level(logging.WARNING, logger="egress_proxies.proxies.effects"):
+        removing = asyncio.create_task(remove_instance(shell.components, view, dead))
         while not removing.done() and shell.clock.monotonic() < 120:
             await asyncio.sleep(0)
             shell.clock.advance(0.5)
