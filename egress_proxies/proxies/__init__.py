@@ -6,7 +6,8 @@
 - `status`, `readiness`, `lifecycle`, `health_status`: what a Proxy's status
   says and how it is written;
 - `cloud_init`, `credentials`, `instances`: what a Proxy owns beside its stack;
-- `requeue`, `wakeup`: when a Proxy is looked at again;
+- `wakeup`, `watches`, `requeue`: when a Proxy is looked at again;
+- `standby`: what the handlers do on a replica that is not at work;
 - `sharding`, `filters`: which Proxies this controller handles.
 
 The process that hosts this controller beside the pool controller is

@@ -26,6 +26,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import kopf
+
 from egress_proxies.clock import Clock
 from egress_proxies.model import PERMANENT_ERROR, PROVISIONED, ConditionStatus, find_condition
 from egress_proxies.proxies.status import status_of
@@ -40,6 +42,22 @@ Gate = Callable[[], Awaitable[str | None]]  # why this replica is not the one at
 STANDBY_PATIENCE_SECONDS = 5.0
 STANDBY_POLL_SECONDS = 0.5
 STANDBY_RETRY_SECONDS = 5
+# What a refused handler's retry says (kopf: "... failed temporarily: standing by: ...").
+STANDING_BY = "standing by: "
+
+
+class QuietStandby(logging.Filter):
+    """Drops kopf's ERROR line (and so its Event) for a handler refused on a replica not at work.
+
+    `Standing` says it at INFO instead, once per Proxy rather than once per retry.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for kopf's line about a standing-by retry."""
+        return f"failed temporarily: {STANDING_BY}" not in record.getMessage()
+
+
+QUIET_STANDBY = QuietStandby()
 
 
 async def never_paused() -> str | None:
@@ -79,6 +97,19 @@ class Standing:
     def handled(self, namespace: str, name: str) -> None:
         """The Proxy is handled here (or gone): a later refusal is news again."""
         self._proxies.discard((namespace, name))
+
+
+async def at_work(gate: Gate, clock: Clock, standing: Standing, namespace: str, name: str) -> None:
+    """Return on the replica at work; raise a retry, recording nothing as handled, on any other.
+
+    kopf can run a handler on a replica it is about to pause (see above).
+    """
+    reason = await standing_by(gate, clock, STANDBY_PATIENCE_SECONDS)
+    if reason is None:
+        standing.handled(namespace, name)
+        return
+    standing.refused(namespace, name, reason)
+    raise kopf.TemporaryError(f"{STANDING_BY}{reason}", delay=STANDBY_RETRY_SECONDS)
 
 
 def settled(body: Mapping[str, Any]) -> bool:

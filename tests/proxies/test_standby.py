@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from egress_proxies.clock import ManualClock
-from egress_proxies.proxies.handlers import QUIET_STANDBY
-from egress_proxies.proxies.standby import Standing, settled, standing_by, unsettled
+from egress_proxies.proxies.standby import QUIET_STANDBY, Standing, settled, standing_by, unsettled
 from egress_proxies.vocabulary import RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.unit
