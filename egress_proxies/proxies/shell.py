@@ -140,8 +140,9 @@ async def reconcile_proxy(c: Components, kopf_body: Mapping[str, Any], patch: ko
     if decision.action == machine.Action.UP:
         if decision.replace_instance is not None:
             await effects.remove_instance(c, view, decision.replace_instance)
-        up_view = replace(view, status=decision.status)
-        decision = await effects.run_up(c, body, up_view, observed, decision)
+        decision = await effects.run_up(
+            c, body, replace(view, status=decision.status), observed, decision
+        )
         await effects.record(c, kopf_body, patch, decision)
     claim = shard_rules.claim(c.shard, meta.get("annotations") or {})
     if claim is not None:
