@@ -342,6 +342,11 @@ class EgressProxiesMiddleware:
         """Re-queue a request that got no proxy; past the re-queue limit, close the spider."""
         self._stats.inc_value(f"{STATS_PREFIX}/no_proxy")
         requeues = int(request.meta.get(REQUEUES_META, 0)) + 1
+        if self._closing is not None:
+            # In flight when the spider began to close: a re-queued copy would never be sent.
+            self._unsent += 1
+            self._stats.inc_value(f"{STATS_PREFIX}/unsent")
+            raise IgnoreRequest(f"no egress proxy for {domain}: {error}")
         if requeues <= self._settings.max_requeues:
             self._stats.inc_value(f"{STATS_PREFIX}/requeued")
             logger.info("no egress proxy for %s (%s): re-queued %s", domain, error, request.url)
