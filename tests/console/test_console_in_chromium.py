@@ -280,9 +280,15 @@ def test_the_leases_view_names_each_leases_token_never_the_token(
         granted = lease(client, target=SITE, ttlSeconds=120)
     key = granted["leaseId"][:6] + "\N{HORIZONTAL ELLIPSIS}"
 
-    wait_until(browser, lambda b: cell(b, key, "holder") == CRAWLER)
-    assert cell(browser, key, "proxy") == "crawl/a"
-    assert cell(browser, key, "site") == SITE
+    def shown(b: Chrome) -> dict[str, str | None] | None:
+        # One read of the row's cells, none of them caught mid-redraw by the page's poll.
+        cells = {column: cell(b, key, column) for column in ("holder", "proxy", "site")}
+        return cells if cells["holder"] == CRAWLER and None not in cells.values() else None
+
+    row_cells = wait_until(browser, shown)
+    assert row_cells is not None
+    assert row_cells["proxy"] == "crawl/a"
+    assert row_cells["site"] == SITE
     assert tokens.crawler not in browser.page_source
     assert granted["leaseId"] not in browser.page_source
     assert still_same_page(browser)

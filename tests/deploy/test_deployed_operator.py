@@ -486,6 +486,10 @@ USED_ELSEWHERE = {
     # A pod the pod watch has not shown yet is read directly (proxies/shell.py):
     # whether a run needs it depends on timing.
     ("pods", "get"): "a pod not yet watched",
+    # A replica that goes back to work reads back the statuses it wrote
+    # (proxies/status.py, reread_written): whether a rollout here has one depends on
+    # timing; tests/proxies/test_status_writer.py shows the read.
+    ("proxies.crawl.example.com", "get"): "a replica back at work",
     # A credentials Secret made before lease credentials gets its signing key
     # patched in (proxies/credentials.py): tests/proxies/test_proxy_credentials.py.
     ("secrets", "patch"): "a credentials Secret from before lease credentials",
