@@ -8,6 +8,7 @@ a lease from inside the cluster through the discovery Service.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -228,13 +229,23 @@ async def test_a_rollout_restart_leaves_a_pool_of_20_at_20_proxies_at_every_mome
         before = operator_pod(deployed)["metadata"]["name"]
 
         async with ProxyCensus(own_kube, crawl_namespace, pool="big") as census:
-            deployed.kubectl("-n", NAMESPACE, "rollout", "restart", "deployment/egress-proxies")
-            deployed.kubectl(
-                "-n", NAMESPACE, "rollout", "status", "deployment/egress-proxies", "--timeout=300s"
+            # kubectl runs in a thread: this event loop serves the origin the
+            # proxies are probed against, and a blocked loop fails their probes.
+            await asyncio.to_thread(
+                deployed.kubectl, "-n", NAMESPACE, "rollout", "restart", "deployment/egress-proxies"
+            )
+            await asyncio.to_thread(
+                deployed.kubectl,
+                "-n",
+                NAMESPACE,
+                "rollout",
+                "status",
+                "deployment/egress-proxies",
+                "--timeout=300s",
             )
 
             async def new_pod_converged() -> bool:
-                pod = operator_pod(deployed)
+                pod = await asyncio.to_thread(operator_pod, deployed)
                 ip = (pod.get("status") or {}).get("podIP")
                 if pod["metadata"]["name"] == before or not ip:
                     return False
