@@ -4,12 +4,15 @@
 oldest once it holds that many, leases anew and renews every lease it holds,
 recording each status. Where its requests go is the subclass's `_call`: the
 replica that answers /readyz, or one Service URL. A call that got no answer
-returns None and is not recorded.
+returns None and is not recorded in the statuses; `trace` keeps every call in
+order (seconds since the holder began, what it asked, the status or None), so a
+test that fails waiting on the holder can say what it saw.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 __all__ = ["LeaseHolder"]
@@ -26,22 +29,39 @@ class LeaseHolder:
         self.renewals: list[int] = []  # every answer to a renewal
         self.leases: list[str] = []  # every lease granted
         self.held: list[str] = []  # the leases held now
+        self.trace: list[tuple[float, str, int | None]] = []  # (seconds, what, status|None)
+        self._began = time.monotonic()
 
     async def _call(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]] | None:
         raise NotImplementedError
 
+    def since(self, seconds: float) -> list[tuple[float, str, int | None]]:
+        """The calls made from `seconds` (since the holder began) on."""
+        return [call for call in self.trace if call[0] >= seconds]
+
+    def now(self) -> float:
+        """Seconds since the holder began: the clock of `trace`."""
+        return round(time.monotonic() - self._began, 2)
+
+    async def _traced(
+        self, what: str, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        answered = await self._call(method, path, body)
+        self.trace.append((self.now(), what, None if answered is None else answered[0]))
+        return answered
+
     async def crawl(self, stop: asyncio.Event) -> None:
         """Hold up to `held` leases: renew them, and end the oldest and lease anew, until `stop`."""
         while not stop.is_set():
             if len(self.held) >= self._most:
-                ended = await self._call("DELETE", f"/v1/leases/{self.held[0]}")
+                ended = await self._traced("end", "DELETE", f"/v1/leases/{self.held[0]}")
                 if ended is not None:
                     self.statuses.append(ended[0])
                     self.held.pop(0)
             lease = {"selector": {"pool": self._pool}, "ttlSeconds": 120, "target": "example.com"}
-            answered = await self._call("POST", "/v1/leases", lease)
+            answered = await self._traced("lease", "POST", "/v1/leases", lease)
             if answered is not None:
                 status, body = answered
                 self.statuses.append(status)
@@ -49,8 +69,8 @@ class LeaseHolder:
                     self.held.append(body["leaseId"])
                     self.leases.append(body["leaseId"])
             for lease_id in self.held:
-                renewed = await self._call(
-                    "POST", f"/v1/leases/{lease_id}/renew", {"ttlSeconds": 120}
+                renewed = await self._traced(
+                    "renew", "POST", f"/v1/leases/{lease_id}/renew", {"ttlSeconds": 120}
                 )
                 if renewed is not None:
                     self.renewals.append(renewed[0])

@@ -185,9 +185,17 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
                 "--timeout=300s",
             )
             after = {p["metadata"]["name"] for p in await pair_whole(own_kube)}
-            renewals, leases = len(crawler.renewals), len(crawler.leases)
-            await wait_for(lambda: _more(crawler.renewals, renewals), timeout=30, interval=0.2)
-            await wait_for(lambda: _more(crawler.leases, leases), timeout=30, interval=0.2)
+            renewals, leases, rolled = len(crawler.renewals), len(crawler.leases), crawler.now()
+            # A call to a replica that went away waits out the client's 10 s timeout, and a
+            # new lease needs an end and a lease answered in a row: the bounds allow for that.
+            try:
+                await wait_for(lambda: _more(crawler.renewals, renewals), timeout=60, interval=0.2)
+                await wait_for(lambda: _more(crawler.leases, leases), timeout=60, interval=0.2)
+            except AssertionError as missed:
+                raise AssertionError(
+                    f"{missed}; the crawler's calls since the roll (at {rolled} s): "
+                    f"{crawler.since(rolled)}"
+                ) from None
         finally:
             stop.set()
             await crawling
