@@ -146,28 +146,48 @@ async def test_every_kind_of_failed_check_ends_unhealthy(
 ) -> None:
     # Each check passes or fails for its own reason, not for time: on a loaded machine
     # a TLS handshake or a 407 can take over a second (CI saw ProbeTimeout for two).
-    patient = {"timeout_seconds": 10}
+    patient = 10
     fleet.items = [
         record(
-            "good-http", squid, http_origin.url, port_index=0, expect_body=ORIGIN_BODY, **patient
+            "good-http",
+            squid,
+            http_origin.url,
+            port_index=0,
+            expect_body=ORIGIN_BODY,
+            timeout_seconds=patient,
         ),
         record(
-            "good-https", squid, https_origin.url, port_index=1, expect_body=ORIGIN_BODY, **patient
+            "good-https",
+            squid,
+            https_origin.url,
+            port_index=1,
+            expect_body=ORIGIN_BODY,
+            timeout_seconds=patient,
         ),
         record(
-            "wrong-status", squid, https_origin.url, port_index=2, expected_status=204, **patient
+            "wrong-status",
+            squid,
+            https_origin.url,
+            port_index=2,
+            expected_status=204,
+            timeout_seconds=patient,
         ),
         record(
-            "missing-text", squid, http_origin.url, port_index=3, expect_body="not there", **patient
+            "missing-text",
+            squid,
+            http_origin.url,
+            port_index=3,
+            expect_body="not there",
+            timeout_seconds=patient,
         ),
-        record("untrusted-tls", squid, untrusted_origin.url, port_index=4, **patient),
+        record("untrusted-tls", squid, untrusted_origin.url, port_index=4, timeout_seconds=patient),
         record(
             "wrong-credentials",
             squid,
             https_origin.url,
             port_index=5,
             credentials=ProxyCredentials("crawler", "wrong"),
-            **patient,
+            timeout_seconds=patient,
         ),
     ]
     for _ in range(3):
