@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from egress_proxies.catalog import ProxyKey
@@ -394,6 +395,10 @@ class Operator:
             ]
             for task in background[1:]:
                 task.add_done_callback(lambda done: self._component_ended(done, stop))
+            # Created before kopf starts, so kopf leaves it alone when it stops.
+            draining = asyncio.create_task(
+                _close_at_stop(stop, servers), name="HTTP servers' close at stop"
+            )
             try:
                 if self.peering is not None:
                     # Seen by every peer before this replica's kopf takes its first look.
@@ -410,8 +415,12 @@ class Operator:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
-                for server in servers:
-                    await server.cleanup()
+                if stop.is_set():
+                    await draining
+                else:  # kopf ended on its own
+                    draining.cancel()
+                    await asyncio.gather(draining, return_exceptions=True)
+                    await _close_servers(servers)
                 await self._close()
 
     def _optional_loops(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -479,3 +488,22 @@ class Operator:
             await self.gce.close()
         await self.runner.close()
         self.claim.release()
+
+
+async def _close_at_stop(stop: asyncio.Event, servers: list[web.AppRunner]) -> None:
+    """Close the HTTP servers as soon as the operator is told to stop.
+
+    Once kopf's own tasks have stopped, kopf cancels every task created after it
+    started that has not ended within 5 s: that includes each kept-alive
+    connection's task of these servers, so a lease granted just then lost its
+    answer (the lease held a proxy until its TTL, and the crawler never knew its
+    id). Closed at once instead, the servers take no new connection, finish the
+    requests in flight and close idle connections while kopf is stopping.
+    """
+    await stop.wait()
+    await _close_servers(servers)
+
+
+async def _close_servers(servers: list[web.AppRunner]) -> None:
+    for server in servers:
+        await server.cleanup()

@@ -8,10 +8,12 @@ listens (no cluster is needed to watch the order of a shutdown).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kopf
 import pytest
 
@@ -87,6 +89,54 @@ async def test_producers_stop_before_the_client_runner_and_state_dir_close(
 
 async def _ready(events: list[str]) -> bool:
     return "kopf started" in events
+
+
+async def test_a_kept_alive_discovery_connection_ends_before_kopf_would_cancel_it(
+    offline_operator_settings: RunSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kopf, once its own tasks stop, waits 5 s for every task created after it
+    started and then cancels them: an HTTP connection's task among them, a lease
+    granted on it just then lost its answer. The stand-in does what kopf does
+    to the discovery API's connections and records those it would cancel."""
+    cancelled: list[str] = []
+    started: list[bool] = []
+
+    async def kopf_stand_in(*, stop_flag: asyncio.Future[None], **_: Any) -> None:
+        before = asyncio.all_tasks()
+        started.append(True)
+        await stop_flag
+        connections = [
+            task
+            for task in asyncio.all_tasks() - before
+            if "RequestHandler" in task.get_coro().__qualname__  # type: ignore[union-attr]
+        ]
+        if connections:  # kopf's run_tasks: wait 5 s for them, then cancel those left
+            _done, left = await asyncio.wait(connections, timeout=5)
+            cancelled.extend(task.get_name() for task in left)
+
+    monkeypatch.setattr(kopf, "operator", kopf_stand_in)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    operator = Operator(
+        offline_operator_settings.model_copy(
+            update={"discovery_host": "127.0.0.1", "discovery_port": port, "metrics_port": 0}
+        ),
+        passphrase="p",
+    )
+    stop = asyncio.Event()
+    running = asyncio.create_task(operator.run(stop))
+    await wait_for(lambda: _some(started), timeout=30, interval=0.05)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as answer:
+            assert answer.status == 200
+        stop.set()  # the connection stays open, kept alive by the session
+        await running
+    assert cancelled == [], "kopf would have cancelled the discovery API's connections"
+
+
+async def _some(items: list[bool]) -> bool:
+    return bool(items)
 
 
 async def test_a_closed_stack_worker_starts_no_new_process(tmp_path: Path) -> None:
