@@ -208,7 +208,10 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
     assert not before & after, "every replica was replaced"
     assert crawler.leases
     server_errors = [status for status in crawler.statuses + crawler.renewals if status >= 500]
-    assert not server_errors, f"5xx answers during the rollout: {server_errors}"
+    assert not server_errors, (
+        f"5xx answers during the rollout: {server_errors}; the calls, in seconds since the "
+        f"crawl began: {[call for call in crawler.trace if (call[2] or 0) >= 500]}"
+    )
     assert set(crawler.renewals) == {200}, "every lease held survived the roll"
     # 409 no_match: both members are leased (a crawler asking faster than they free up).
     assert set(crawler.statuses) <= {201, 204, 409}, crawler.statuses
