@@ -5,8 +5,9 @@ oldest once it holds that many, leases anew and renews every lease it holds,
 recording each status. Where its requests go is the subclass's `_call`: the
 replica that answers /readyz, or one Service URL. A call that got no answer
 returns None and is not recorded in the statuses; `trace` keeps every call in
-order (seconds since the holder began, what it asked, the status or None), so a
-test that fails waiting on the holder can say what it saw.
+order (seconds since the holder began, what it asked, the status or None, and
+the error code of a refusal), so a test that fails waiting on the holder can
+say what it saw: `unusual` names the calls not answered as expected.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class LeaseHolder:
         self.renewals: list[int] = []  # every answer to a renewal
         self.leases: list[str] = []  # every lease granted
         self.held: list[str] = []  # the leases held now
-        self.trace: list[tuple[float, str, int | None]] = []  # (seconds, what, status|None)
+        # (seconds, what, status or None, the error code of a refusal or "")
+        self.trace: list[tuple[float, str, int | None, str]] = []
         self._began = time.monotonic()
 
     async def _call(
@@ -37,9 +39,21 @@ class LeaseHolder:
     ) -> tuple[int, dict[str, Any]] | None:
         raise NotImplementedError
 
-    def since(self, seconds: float) -> list[tuple[float, str, int | None]]:
+    def since(self, seconds: float) -> list[tuple[float, str, int | None, str]]:
         """The calls made from `seconds` (since the holder began) on."""
         return [call for call in self.trace if call[0] >= seconds]
+
+    def unusual(self) -> list[tuple[float, str, int | None, str]]:
+        """Every call not answered as a healthy service answers it (no answer, or a status
+        other than `lease` 201, `renew` 200, `end` 204), each with the call made before it."""
+        expected = {"lease": 201, "renew": 200, "end": 204}
+        picked: list[tuple[float, str, int | None, str]] = []
+        for index, call in enumerate(self.trace):
+            if call[2] != expected[call[1]]:
+                if index and self.trace[index - 1] not in picked:
+                    picked.append(self.trace[index - 1])
+                picked.append(call)
+        return picked
 
     def now(self) -> float:
         """Seconds since the holder began: the clock of `trace`."""
@@ -49,7 +63,12 @@ class LeaseHolder:
         self, what: str, method: str, path: str, body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]] | None:
         answered = await self._call(method, path, body)
-        self.trace.append((self.now(), what, None if answered is None else answered[0]))
+        if answered is None:
+            self.trace.append((self.now(), what, None, ""))
+        else:
+            status, answer = answered
+            code = str(answer.get("error", "")) if status >= 300 else ""
+            self.trace.append((self.now(), what, status, code))
         return answered
 
     async def crawl(self, stop: asyncio.Event) -> None:

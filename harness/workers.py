@@ -9,8 +9,10 @@ worker, balanced by the seconds each module took in a measured run
 module it does not know counts `DEFAULT_SECONDS`). Worker N takes group N
 first and starts its cluster for it, then the workers share the modules
 that need no cluster (unit, client, loopback integration, and the deploy tests
-that start a cluster of their own). Tests on one cluster run one at a time, in
-collection order, as in a serial run.
+that start a cluster of their own), the longest first by the same measure, each
+to the first worker free (a worker gets its next module only when it has one
+test left, the one it holds until it knows what comes next). Tests on one
+cluster run one at a time, in collection order, as in a serial run.
 
 xdist's `--dist loadgroup` would do the grouping from `xdist_group` marks, but
 it carries the group in the node id, which pytest 9 no longer lets a plugin
@@ -93,6 +95,17 @@ def split(modules: Iterable[str], seconds: Mapping[str, float], groups: int) -> 
     return chosen
 
 
+def next_scope(queued: Sequence[str], own: str, seconds: Mapping[str, float]) -> str:
+    """The unit a worker takes next: its own cluster group, else the longest unit that is not
+    another worker's group (ties in queue order), else the first left."""
+    if own in queued:
+        return own
+    free = [scope for scope in queued if not scope.startswith(f"{CLUSTER_GROUP}-")]
+    if not free:
+        return queued[0]
+    return max(free, key=lambda scope: seconds.get(scope, DEFAULT_SECONDS))
+
+
 def measured_seconds() -> dict[str, float]:
     """The seconds per module of the last measured run (`durations.json`); empty if none."""
     try:
@@ -109,6 +122,7 @@ class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
     def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
         super().__init__(config, log)
         self._groups: dict[str, int] | None = None
+        self._seconds: dict[str, float] = {}  # measured, per module and per cluster group
 
     def __repr__(self) -> str:
         known = "unread" if self._groups is None else len(self._groups)
@@ -121,9 +135,16 @@ class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
 
     def _assign_work_unit(self, node: object) -> None:
         own = f"{CLUSTER_GROUP}-{self.nodes.index(node)}"
-        if own in self.workqueue:
-            self.workqueue.move_to_end(own, last=False)
+        chosen = next_scope(list(self.workqueue), own, self._seconds)
+        self.workqueue.move_to_end(chosen, last=False)
         super()._assign_work_unit(node)
+
+    def _reschedule(self, node: object) -> None:
+        # xdist's heuristic hands out the next unit with two tests left; a long one would
+        # then be queued behind a long test while another worker sits idle.
+        if self.workqueue and self._pending_of(self.assigned_work.get(node, {})) > 1:
+            return
+        super()._reschedule(node)
 
     def cluster_groups(self) -> dict[str, int]:
         """The dev cluster's modules, each with its group (read once, after collection)."""
@@ -132,7 +153,14 @@ class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
             found: set[str] = set()
             for path in sorted(directory.glob("*.json")):
                 found.update(json.loads(path.read_text()))
-            self._groups = split(found, measured_seconds(), max(1, len(self.nodes)))
+            measured = measured_seconds()
+            self._groups = split(found, measured, max(1, len(self.nodes)))
+            self._seconds = dict(measured)
+            for module, group in self._groups.items():
+                scope = f"{CLUSTER_GROUP}-{group}"
+                self._seconds[scope] = self._seconds.get(scope, 0.0) + measured.get(
+                    module, DEFAULT_SECONDS
+                )
         return self._groups
 
 

@@ -14,7 +14,7 @@ import bench
 from egress_proxies import toolchain
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-# Every benchmark, by what its smoke run needs; tests/*/test_bench_smoke.py run them.
+# Every benchmark, by what its smoke run needs; tests/bench/test_bench_smoke_*.py run them.
 WITHOUT_CLUSTER = ("broad_crawl", "gc", "health", "leases", "console", "lease_credentials")
 ON_THE_CLUSTER = ("tier",)
 WITH_THE_OPERATOR = ("reconcile", "pools", "memory", "crawl", "backends")

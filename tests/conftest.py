@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers.record_cluster_modules(config, items)
 
 
-# `make test` runs the suite in two pytest-xdist workers, each with a dev
+# `make test` runs the suite in pytest-xdist workers, each with a dev
 # cluster of its own and a share of its modules (harness/workers.py).
 def pytest_configure(config: pytest.Config) -> None:
     workers.start_controller(config)

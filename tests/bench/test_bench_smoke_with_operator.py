@@ -1,5 +1,5 @@
 """Every benchmark that runs the operator, in its tiny mode, on the session's dev cluster
-(or, for one that deploys it cluster-wide, on a dev cluster of its own).
+(the one that deploys it cluster-wide: test_bench_smoke_deployed.py).
 
 Each must complete and print every figure it promises (bench.reconcile's and
 bench.pools's CPU split by process among them); no speed is asserted.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness.cluster import ClusterHandle
-from tests.benchmarks import DEPLOYED, WITH_THE_OPERATOR, check_smoke
+from tests.benchmarks import WITH_THE_OPERATOR, check_smoke
 
 pytestmark = pytest.mark.e2e
 
@@ -18,8 +18,3 @@ pytestmark = pytest.mark.e2e
 @pytest.mark.parametrize("name", WITH_THE_OPERATOR)
 def test_benchmark_runs_in_its_smoke_mode(name: str, dev_cluster: ClusterHandle) -> None:
     check_smoke(name, "--cluster", str(dev_cluster.layout.root))
-
-
-@pytest.mark.parametrize("name", DEPLOYED)
-def test_benchmark_runs_in_its_smoke_mode_on_a_cluster_of_its_own(name: str) -> None:
-    check_smoke(name)

@@ -172,6 +172,7 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
         crawling = asyncio.create_task(crawler.crawl(stop))
         try:
             await wait_for(lambda: _some(crawler.leases), timeout=60, interval=0.2)
+            rolled = crawler.now()
             await asyncio.to_thread(
                 deployed.kubectl, "-n", NAMESPACE, "rollout", "restart", "deployment/egress-proxies"
             )
@@ -185,7 +186,7 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
                 "--timeout=300s",
             )
             after = {p["metadata"]["name"] for p in await pair_whole(own_kube)}
-            renewals, leases, rolled = len(crawler.renewals), len(crawler.leases), crawler.now()
+            renewals, leases = len(crawler.renewals), len(crawler.leases)
             # A call to a replica that went away waits out the client's 10 s timeout, and a
             # new lease needs an end and a lease answered in a row: the bounds allow for that.
             try:
@@ -193,8 +194,9 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
                 await wait_for(lambda: _more(crawler.leases, leases), timeout=60, interval=0.2)
             except AssertionError as missed:
                 raise AssertionError(
-                    f"{missed}; the crawler's calls since the roll (at {rolled} s): "
-                    f"{crawler.since(rolled)}"
+                    f"{missed}; the roll began at {rolled} s; the crawler's calls not answered "
+                    f"as expected, each after the call before it (the first 40): "
+                    f"{crawler.unusual()[:40]}"
                 ) from None
         finally:
             stop.set()
@@ -210,7 +212,8 @@ async def test_a_rollout_restart_loses_no_lease_answers_no_5xx_and_touches_no_pr
     server_errors = [status for status in crawler.statuses + crawler.renewals if status >= 500]
     assert not server_errors, (
         f"5xx answers during the rollout: {server_errors}; the calls, in seconds since the "
-        f"crawl began: {[call for call in crawler.trace if (call[2] or 0) >= 500]}"
+        f"crawl began: {[call for call in crawler.trace if (call[2] or 0) >= 500]}; "
+        f"the calls not answered as expected (the first 40): {crawler.unusual()[:40]}"
     )
     assert set(crawler.renewals) == {200}, "every lease held survived the roll"
     # 409 no_match: both members are leased (a crawler asking faster than they free up).

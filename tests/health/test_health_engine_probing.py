@@ -228,8 +228,10 @@ async def test_a_paused_squid_holds_one_worker_for_its_timeout_and_delays_no_one
     paused_key = proxy_key("ns", "paused")
     others = [at - started for key, at in fleet.arrivals.items() if key != paused_key]
     # Order, not speed: every other proxy was answered before the paused one's timeout.
-    assert max(others) < fleet.arrivals[paused_key] - started, "the other worker probed them"
-    assert 1.0 <= fleet.arrivals[paused_key] - started < 1.5
-    assert finished - started < 1.5
+    paused_at = fleet.arrivals[paused_key] - started
+    assert max(others) < paused_at, "the other worker probed them"
+    # The paused proxy's worker waited out its timeout, and the step waited for it.
+    assert paused_at >= 1.0
+    assert finished - started >= paused_at
     [timeout] = [r for r in fleet.reports if r.key == paused_key]
     assert (timeout.reason, timeout.message) == ("ProbeTimeout", "no answer within 1 s")

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.workers import DEFAULT_SECONDS, measured_seconds, module_of, module_seconds, split
+from harness.workers import (
+    CLUSTER_GROUP,
+    DEFAULT_SECONDS,
+    measured_seconds,
+    module_of,
+    module_seconds,
+    next_scope,
+    split,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +70,25 @@ def test_the_checked_in_durations_name_modules_that_exist() -> None:
 
 def test_a_node_id_names_its_module() -> None:
     assert module_of("tests/pools/test_a.py::test_x[a::b]") == "tests/pools/test_a.py"
+
+
+def test_a_worker_takes_its_own_cluster_group_first() -> None:
+    own, other = f"{CLUSTER_GROUP}-1", f"{CLUSTER_GROUP}-0"
+    seconds = {"long.py": 900.0, own: 10.0, other: 2000.0}
+
+    assert next_scope(["long.py", other, own], own, seconds) == own
+
+
+def test_then_the_longest_module_and_never_another_workers_group_while_one_is_left() -> None:
+    other = f"{CLUSTER_GROUP}-0"
+    seconds = {"a.py": 5.0, "b.py": 300.0, "c.py": 40.0, other: 2000.0}
+
+    assert next_scope(["a.py", other, "b.py", "c.py"], f"{CLUSTER_GROUP}-2", seconds) == "b.py"
+    assert next_scope([other], f"{CLUSTER_GROUP}-2", seconds) == other
+
+
+def test_an_unmeasured_module_counts_the_default_when_choosing() -> None:
+    seconds = {"short.py": DEFAULT_SECONDS - 1, "long.py": DEFAULT_SECONDS + 1}
+
+    assert next_scope(["short.py", "new.py"], "none", seconds) == "new.py"
+    assert next_scope(["new.py", "long.py"], "none", seconds) == "long.py"
