@@ -12,7 +12,9 @@ fails every `up` while a flag file exists sets when the Proxy can succeed.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,20 @@ async def logged(operator: OperatorProcess, text: str, times: int = 1) -> None:
     await wait_for(seen, timeout=120, interval=0.2)
 
 
+@contextlib.contextmanager
+def telling(replicas: dict[str, OperatorProcess]) -> Iterator[None]:
+    """On a failed wait, say whether each replica runs and how its log ends."""
+    try:
+        yield
+    except AssertionError as failed:
+        tails = "".join(
+            f"\n--- {name} ({'running' if replica.running() else 'exited'}), its log's end:\n"
+            + "\n".join(replica.log_text().splitlines()[-30:])
+            for name, replica in replicas.items()
+        )
+        raise AssertionError(f"{failed}{tails}") from None
+
+
 async def failures(kube: KubeClient, namespace: str, name: str, at_least: int) -> dict[str, Any]:
     async def counted() -> dict[str, Any] | None:
         body = await kube.get(proxy_path(namespace, name))
@@ -92,18 +108,19 @@ async def test_the_replica_that_takes_over_reconciles_a_proxy_it_handled_before_
         replicas[name] = replica
     low, high = replicas["low"], replicas["high"]
     try:
-        low.start()  # alone: it works
-        await logged(low, RESUMED)
-        await kube.create(proxy_path(namespace), managed_proxy("p"))
-        await failures(kube, namespace, "p", 1)  # the low one handled it: its up failed
-        high.start()  # a higher priority: the low one is paused and stands by
-        await logged(low, PAUSED)
-        # The high one works now; it retries the Proxy on its own timer, and fails again.
-        body = await failures(kube, namespace, "p", 3)
-        print("before the kill:", body["status"]["backoff"])
-        high.kill()  # with the next retry pending on its timer
-        flag.unlink()  # from now on an up succeeds
-        await wait_for_condition(kube, namespace, "p", "Provisioned", "True", timeout=120)
+        with telling(replicas):
+            low.start()  # alone: it works
+            await logged(low, RESUMED)
+            await kube.create(proxy_path(namespace), managed_proxy("p"))
+            await failures(kube, namespace, "p", 1)  # the low one handled it: its up failed
+            high.start()  # a higher priority: the low one is paused and stands by
+            await logged(low, PAUSED)
+            # The high one works now; it retries the Proxy on its own timer, and fails again.
+            body = await failures(kube, namespace, "p", 3)
+            print("before the kill:", body["status"]["backoff"])
+            high.kill()  # with the next retry pending on its timer
+            flag.unlink()  # from now on an up succeeds
+            await wait_for_condition(kube, namespace, "p", "Provisioned", "True", timeout=120)
     finally:
         for replica in replicas.values():
             replica.stop()
