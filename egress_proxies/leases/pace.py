@@ -12,8 +12,9 @@ limits, in three regimes, much as TCP CUBIC learns a link's capacity:
   the second before it refused one (a report's `accepted`); the pace then drops
   to `cruise` x that count, or by `CONVERGE` when it was already there (a probe's
   overshoot costs no climb back, nor does a refusal of requests the network
-  bunched together). A count one short of the remembered limit keeps the limit:
-  the holder counts responses, the site arrivals, so a count may come one late. A report without
+  bunched together). A count one short of the remembered limit keeps the limit
+  (none, at a limit of 1/s): the holder counts responses, the site arrivals, so a
+  count may come one late. A report without
   that count (an older client) leaves the server to estimate it: the pace the
   site saw over the last second (the pace before the last change, then the
   current one, weighted by time: a limit hit right after a doubling came at
@@ -273,14 +274,15 @@ def lowered(
     second before, if it counted); True when the pace changed (False within a hold)."""
     if now < state.hold_until:
         return False
-    if accepted is not None and accepted >= 1:
+    # A count one short of the remembered limit is that limit counted a little late (the
+    # holder counts responses, the site arrivals): the limit stays. At a limit of 1/s the
+    # count one short is none: a 1/s site refuses a request that came a little early.
+    known = state.limit
+    short = accepted is not None and known is not None and known - 1 <= accepted < known
+    if accepted is not None and (accepted >= 1 or short):
         # The site's limit as counted: the pace goes to the cruise below it at once (a
         # probe's overshoot costs no climb back), and a refusal while already there
         # (requests bunched on the way) lowers it by CONVERGE, not by `decrease`.
-        # A count one short of the remembered limit is that limit counted a little late
-        # (the holder counts responses, the site arrivals): the limit stays.
-        known = state.limit
-        short = known is not None and known - 1 <= accepted < known
         state.limit = known if short and known is not None else float(accepted)
         lower = min(limits.cruise * state.limit, state.rate * CONVERGE)
     else:

@@ -204,6 +204,21 @@ async def test_a_counted_limit_lowers_the_pace_to_the_cruise_or_by_converge(
     assert rate(await ok(store, lease, 100)) == 4.75, "the limit stayed 5"
 
 
+async def test_a_refusal_counting_none_at_a_limit_of_one_keeps_that_limit(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = paced(make_store, start=2.0, decrease=0.7, cruise=0.95, probe_after=30)
+    lease = granted(await store.acquire(pool(record("a")), SITE, 60))
+    assert rate(await rate_limited(store, lease, accepted=1)) == 0.95, "a 1/s site"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 0.95, "cruising there"
+    clock.advance(1.0)
+    lowered = await rate_limited(store, lease, accepted=0)
+    assert rate(lowered) == 0.855, "none counted: one short of 1, by CONVERGE"
+    clock.advance(1.0)
+    assert rate(await ok(store, lease, 100)) == 0.95, "the limit stayed 1"
+
+
 async def test_a_limit_counted_as_nothing_is_estimated(
     make_store: MakeStore, clock: ManualClock
 ) -> None:

@@ -221,12 +221,12 @@ end
 local function lower(state, now, P, retry_after, accepted)
   local seen = state.rate
   local new_rate
-  if accepted and accepted >= 1 then
+  -- One short of the remembered limit (none, at 1/s): that limit, counted a little late.
+  local short = accepted ~= nil and state.limit ~= nil and accepted >= state.limit - 1
+    and accepted < state.limit
+  if accepted and (accepted >= 1 or short) then
     seen = accepted
-    -- One short of the remembered limit: that limit, counted a little late.
-    if state.limit ~= nil and accepted >= state.limit - 1 and accepted < state.limit then
-      seen = state.limit
-    end
+    if short then seen = state.limit end
     -- As counted: to the cruise below it, or by CONVERGE when already there.
     new_rate = math.min(P.cruise * seen, state.rate * CONVERGE)
   else
