@@ -40,7 +40,9 @@ def record(
         "url": url,
         "expected_status": 200,
         "interval_seconds": INTERVAL,
-        "timeout_seconds": 1,
+        # Patient: a probe that times out on a loaded machine is not what these tests count
+        # (the paused-squid test sets the 1 s timeout it is about).
+        "timeout_seconds": 10,
         "success_threshold": 2,
         "failure_threshold": 3,
         **check,
@@ -214,7 +216,7 @@ async def test_a_paused_squid_holds_one_worker_for_its_timeout_and_delays_no_one
 ) -> None:
     with SquidProcess(credentials=CREDENTIALS) as paused:
         fleet.items = [
-            record("paused", paused, http_origin.url, failure_threshold=1),
+            record("paused", paused, http_origin.url, failure_threshold=1, timeout_seconds=1),
             *(
                 record(f"p{i}", squid, http_origin.url, port_index=i, success_threshold=1)
                 for i in range(4)
