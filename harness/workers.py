@@ -122,7 +122,7 @@ class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
     def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
         super().__init__(config, log)
         self._groups: dict[str, int] | None = None
-        self._seconds: dict[str, float] = {}  # measured, per module and per cluster group
+        self._seconds: dict[str, float] = {}  # measured, per module
 
     def __repr__(self) -> str:
         known = "unread" if self._groups is None else len(self._groups)
@@ -153,14 +153,8 @@ class ClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]
             found: set[str] = set()
             for path in sorted(directory.glob("*.json")):
                 found.update(json.loads(path.read_text()))
-            measured = measured_seconds()
-            self._groups = split(found, measured, max(1, len(self.nodes)))
-            self._seconds = dict(measured)
-            for module, group in self._groups.items():
-                scope = f"{CLUSTER_GROUP}-{group}"
-                self._seconds[scope] = self._seconds.get(scope, 0.0) + measured.get(
-                    module, DEFAULT_SECONDS
-                )
+            self._seconds = measured_seconds()
+            self._groups = split(found, self._seconds, max(1, len(self.nodes)))
         return self._groups
 
 
